@@ -1,0 +1,10 @@
+"""spaCy v3 plugin for ELMo (Peters et al. 2018).
+
+Data flow: text -> chars (``bilm.chars``) -> biLM layers (``bilm``) -> Doc (``pipe``)
+-> listener mix (``layers``) -> task.
+"""
+from .bilm import ElmoBiLM, OptionsError, ScalarMix, WeightsError
+
+__version__ = "0.1.0"
+
+__all__ = ["ElmoBiLM", "ScalarMix", "OptionsError", "WeightsError", "__version__"]

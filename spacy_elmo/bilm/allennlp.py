@@ -1,0 +1,164 @@
+"""Read and write the published ELMo weights: ``options.json`` + HDF5 (bilm-tf layout).
+
+TensorFlow conventions of the file: matrices are ``[in, out]``; LSTM gate blocks are
+ordered (input, candidate, forget, output) and the bias lacks TF's forget bias of +1;
+``char_embed`` has no padding row; highway "carry" multiplies the transform branch.
+"""
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Tuple, Type
+
+import numpy as np
+import torch
+
+from .options import OptionsError, validate_options
+
+if TYPE_CHECKING:
+    from .model import ElmoBiLM
+
+
+class WeightsError(ValueError):
+    pass
+
+
+def _tf_to_ours(blocks: np.ndarray) -> np.ndarray:
+    """Gate blocks on the last axis: TF (i, j, f, o) -> ours (i, f, o, j)."""
+    i, j, f, o = np.split(blocks, 4, axis=-1)
+    return np.concatenate([i, f, o, j], axis=-1)
+
+
+def _ours_to_tf(blocks: np.ndarray) -> np.ndarray:
+    i, f, o, j = np.split(blocks, 4, axis=-1)
+    return np.concatenate([i, j, f, o], axis=-1)
+
+
+def read_options(path: Path) -> Dict:
+    if not path.exists():
+        raise OptionsError(f"ELMo options file not found: {path}")
+    try:
+        with path.open(encoding="utf-8") as f:
+            options = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise OptionsError(f"ELMo options file {path} is not valid JSON: {err}") from None
+    return validate_options(options, source=str(path))
+
+
+def load_allennlp(cls: "Type[ElmoBiLM]", options_path: Path, weights_path: Path) -> "ElmoBiLM":
+    import h5py
+
+    options = read_options(options_path)
+    model = cls(options)
+    if not weights_path.exists():
+        raise WeightsError(f"ELMo weights file not found: {weights_path}")
+    try:
+        h5 = h5py.File(weights_path, "r")
+    except OSError as err:
+        raise WeightsError(f"ELMo weights file {weights_path} is not an HDF5 file: {err}") from None
+
+    with h5:
+
+        def get(name: str, shape: Tuple[int, ...]) -> np.ndarray:
+            if name not in h5:
+                raise WeightsError(f"{weights_path}: dataset '{name}' is missing (options: {options_path})")
+            data = h5[name]
+            if tuple(data.shape) != tuple(shape):
+                raise WeightsError(
+                    f"{weights_path}: dataset '{name}' has shape {tuple(data.shape)}, "
+                    f"but {options_path} implies {tuple(shape)}"
+                )
+            return np.asarray(data[...], dtype=np.float32)
+
+        state = _allennlp_state(model, options, get)
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
+    return model
+
+
+def _allennlp_state(model: "ElmoBiLM", options: Dict, get) -> Dict[str, np.ndarray]:
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    E, P, C = int(cnn["embedding"]["dim"]), int(lstm["projection_dim"]), int(lstm["dim"])
+    F = sum(n for _, n in cnn["filters"])
+    state: Dict[str, np.ndarray] = {}
+    n_rows = model.token_encoder.char_embedding.num_embeddings
+    table = np.zeros((n_rows, E), dtype=np.float32)
+    table[1:262] = get("char_embed", (261, E))
+    state["token_encoder.char_embedding.weight"] = table
+    for i, (w, n) in enumerate(cnn["filters"]):
+        kernel = get(f"CNN/W_cnn_{i}", (1, w, E, n))[0]  # (w, E, n)
+        state[f"token_encoder.convs.{i}.weight"] = kernel.transpose(2, 1, 0)
+        state[f"token_encoder.convs.{i}.bias"] = get(f"CNN/b_cnn_{i}", (n,))
+    for k in range(int(cnn["n_highway"])):
+        for tf_name, ours in (("transform", "transform"), ("carry", "gate")):
+            state[f"token_encoder.highways.{k}.{ours}.weight"] = get(f"CNN_high_{k}/W_{tf_name}", (F, F)).T
+            state[f"token_encoder.highways.{k}.{ours}.bias"] = get(f"CNN_high_{k}/b_{tf_name}", (F,))
+    state["token_encoder.projection.weight"] = get("CNN_proj/W_proj", (F, P)).T
+    state["token_encoder.projection.bias"] = get("CNN_proj/b_proj", (P,))
+    forget = np.zeros(4 * C, dtype=np.float32)
+    forget[C : 2 * C] = 1.0
+    for layer in range(int(lstm["n_layers"])):
+        w_ih, w_hh, bias, w_proj = [], [], [], []
+        for d in range(2):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            W = _tf_to_ours(get(f"{prefix}/W_0", (2 * P, 4 * C)))
+            w_ih.append(W[:P])
+            w_hh.append(W[P:])
+            # float32 addition of TF's run-time forget bias, as AllenNLP does.
+            bias.append(_tf_to_ours(get(f"{prefix}/B", (4 * C,))) + forget)
+            w_proj.append(get(f"{prefix}/W_P_0", (C, P)))
+        base = f"lstm.layers.{layer}"
+        state[f"{base}.weight_ih"] = np.stack(w_ih)
+        state[f"{base}.weight_hh"] = np.stack(w_hh)
+        state[f"{base}.bias"] = np.stack(bias)
+        state[f"{base}.weight_proj"] = np.stack(w_proj)
+    return state
+
+
+def save_allennlp(model: "ElmoBiLM", out_dir: Path) -> None:
+    """Write ``options.json`` and ``weights.hdf5``; each file is written atomically."""
+    import h5py
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    cnn, lstm = model.options["char_cnn"], model.options["lstm"]
+    C = int(lstm["dim"])
+    forget = np.zeros(4 * C, dtype=np.float32)
+    forget[C : 2 * C] = 1.0
+    data: Dict[str, np.ndarray] = {"char_embed": sd["token_encoder.char_embedding.weight"][1:262]}
+    for i in range(len(cnn["filters"])):
+        data[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
+        data[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
+    for k in range(int(cnn["n_highway"])):
+        for tf_name, ours in (("transform", "transform"), ("carry", "gate")):
+            data[f"CNN_high_{k}/W_{tf_name}"] = sd[f"token_encoder.highways.{k}.{ours}.weight"].T
+            data[f"CNN_high_{k}/b_{tf_name}"] = sd[f"token_encoder.highways.{k}.{ours}.bias"]
+    data["CNN_proj/W_proj"] = sd["token_encoder.projection.weight"].T
+    data["CNN_proj/b_proj"] = sd["token_encoder.projection.bias"]
+    for layer in range(int(lstm["n_layers"])):
+        base = f"lstm.layers.{layer}"
+        for d in range(2):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            W = np.concatenate([sd[f"{base}.weight_ih"][d], sd[f"{base}.weight_hh"][d]], axis=0)
+            data[f"{prefix}/W_0"] = _ours_to_tf(W)
+            data[f"{prefix}/B"] = _ours_to_tf(sd[f"{base}.bias"][d] - forget)
+            data[f"{prefix}/W_P_0"] = sd[f"{base}.weight_proj"][d]
+    options = {"lstm": dict(lstm), "char_cnn": dict(cnn)}
+    options["char_cnn"]["n_characters"] = 262
+    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".hdf5.tmp")
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as h5:
+            for name, value in data.items():
+                h5.create_dataset(name, data=np.ascontiguousarray(value, dtype=np.float32))
+        os.replace(tmp, out_dir / "weights.hdf5")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    _atomic_write_text(out_dir / "options.json", json.dumps(options, indent=2))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,122 @@
+"""The contextual layers: a stack of LSTMs with projection and clipping, run for the
+forward and the backward direction at once (never mixing them).
+
+Sequences are *packed* (as ``torch.nn.utils.rnn.PackedSequence`` lays them out):
+sorted by decreasing length, step t holds the ``batch_sizes[t]`` sequences still
+running, so padding never enters the recurrence and every sequence starts from a
+zero state. The backward direction sees each sequence reversed by its own length,
+so both directions share one packing and advance together with batched matrix
+products.
+
+Gate layout of ``weight_ih``, ``weight_hh`` and ``bias`` (last axis, 4 blocks of C):
+input, forget, output, candidate. ``bias`` already includes the forget bias.
+"""
+from typing import List, Optional, Sequence
+
+import torch
+from torch import nn
+
+
+class ProjectedLstmLayer(nn.Module):
+    """One LSTM layer with output projection for both directions.
+
+    input_dim: width of the layer input.
+    cell_dim: memory cell size C.
+    projection_dim: width P of the projected (and recurrent) output h.
+    cell_clip / proj_clip: clip c and h to +-value inside the recurrence (None: no clip).
+
+    Parameters have a leading direction axis (0 forward, 1 backward) and are stored
+    ``[in, out]``: ``weight_ih`` (2, input_dim, 4C), ``weight_hh`` (2, P, 4C),
+    ``bias`` (2, 4C), ``weight_proj`` (2, C, P).
+    """
+
+    def __init__(
+        self,
+        *,
+        input_dim: int,
+        cell_dim: int,
+        projection_dim: int,
+        cell_clip: Optional[float],
+        proj_clip: Optional[float],
+    ) -> None:
+        super().__init__()
+        self.cell_dim = cell_dim
+        self.projection_dim = projection_dim
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.weight_ih = nn.Parameter(torch.empty(2, input_dim, 4 * cell_dim))
+        self.weight_hh = nn.Parameter(torch.empty(2, projection_dim, 4 * cell_dim))
+        self.bias = nn.Parameter(torch.zeros(2, 4 * cell_dim))
+        self.weight_proj = nn.Parameter(torch.empty(2, cell_dim, projection_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w in (self.weight_ih, self.weight_hh, self.weight_proj):
+            nn.init.uniform_(w, -1.0 / w.shape[1] ** 0.5, 1.0 / w.shape[1] ** 0.5)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.bias[:, self.cell_dim : 2 * self.cell_dim] = 1.0  # forget bias
+
+    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int]) -> torch.Tensor:
+        """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``."""
+        C = self.cell_dim
+        # One product for every time step's input projection, both directions.
+        x_gates = torch.baddbmm(self.bias.unsqueeze(1), x, self.weight_ih)
+        h = x.new_zeros(2, batch_sizes[0], self.projection_dim)
+        c = x.new_zeros(2, batch_sizes[0], C)
+        outputs: List[torch.Tensor] = []
+        start = 0
+        for n in batch_sizes:
+            z = torch.baddbmm(x_gates[:, start : start + n], h[:, :n], self.weight_hh)
+            start += n
+            ifo = torch.sigmoid(z[..., : 3 * C])
+            c = ifo[..., C : 2 * C] * c[:, :n] + ifo[..., :C] * torch.tanh(z[..., 3 * C :])
+            if self.cell_clip is not None:
+                c = torch.clamp(c, -self.cell_clip, self.cell_clip)
+            h = torch.bmm(ifo[..., 2 * C :] * torch.tanh(c), self.weight_proj)
+            if self.proj_clip is not None:
+                h = torch.clamp(h, -self.proj_clip, self.proj_clip)
+            outputs.append(h)
+        return torch.cat(outputs, dim=1)
+
+
+class ProjectedLstmStack(nn.Module):
+    """n_layers of ProjectedLstmLayer; layer l > 0 reads the output of layer l - 1 of
+    the same direction, plus a residual connection when use_skip_connections.
+
+    Returns the packed output of every layer (after the residual), each ``(2, M, P)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        input_dim: int,
+        cell_dim: int,
+        projection_dim: int,
+        n_layers: int,
+        cell_clip: Optional[float],
+        proj_clip: Optional[float],
+        use_skip_connections: bool,
+    ) -> None:
+        super().__init__()
+        self.use_skip_connections = use_skip_connections
+        self.layers = nn.ModuleList(
+            ProjectedLstmLayer(
+                input_dim=input_dim if i == 0 else projection_dim,
+                cell_dim=cell_dim,
+                projection_dim=projection_dim,
+                cell_clip=cell_clip,
+                proj_clip=proj_clip,
+            )
+            for i in range(n_layers)
+        )
+
+    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int]) -> List[torch.Tensor]:
+        outputs: List[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            h = layer(x, batch_sizes)
+            if i > 0 and self.use_skip_connections:
+                h = h + x
+            outputs.append(h)
+            x = h
+        return outputs

@@ -1,0 +1,110 @@
+"""The project's own weight format: a directory with ``config.json`` (the options
+fields plus ``vocab_size``, ``softmax`` and ``format_version``), ``model.safetensors``
+(the module's state_dict) and, when there is a softmax, ``vocab.txt`` (one word a
+line, line number = id)."""
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
+
+import torch
+
+from .allennlp import WeightsError
+from .options import OptionsError
+
+if TYPE_CHECKING:
+    from .model import ElmoBiLM
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+VOCAB_NAME = "vocab.txt"
+
+
+def state_to_bytes(model: "ElmoBiLM", half: bool = False) -> bytes:
+    from safetensors.torch import save
+
+    dtype = torch.float16 if half else torch.float32
+    return save({k: v.detach().to(dtype).contiguous().cpu() for k, v in model.state_dict().items()})
+
+
+def load_state_bytes(model: "ElmoBiLM", data: bytes, source: str) -> None:
+    from safetensors.torch import load
+
+    try:
+        state = load(data)
+    except Exception as err:  # safetensors raises its own error type
+        raise WeightsError(f"{source}: not a safetensors file: {err}") from None
+    load_checked_state(model, state, source)
+
+
+def load_checked_state(model: "ElmoBiLM", state: Dict[str, torch.Tensor], source: str) -> None:
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise WeightsError(f"{source}: tensors do not match the config (missing {missing}, unexpected {unexpected})")
+    for name, value in state.items():
+        if tuple(value.shape) != tuple(expected[name].shape):
+            raise WeightsError(
+                f"{source}: tensor '{name}' has shape {tuple(value.shape)}, expected {tuple(expected[name].shape)}"
+            )
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+
+
+def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
+    if model.vocab_size and vocab is not None and len(vocab) != model.vocab_size:
+        raise ValueError(f"vocab has {len(vocab)} words but the softmax has {model.vocab_size}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp"))
+    try:
+        config: Dict[str, Any] = model.config()
+        config["format_version"] = FORMAT_VERSION
+        config["dtype"] = "float16" if half else "float32"
+        (tmp / WEIGHTS_NAME).write_bytes(state_to_bytes(model, half))
+        if vocab is not None:
+            (tmp / VOCAB_NAME).write_text("".join(f"{w}\n" for w in vocab), encoding="utf-8")
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old{os.getpid()}"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_config(path: Path) -> Dict[str, Any]:
+    cfg_path = Path(path) / CONFIG_NAME
+    if not cfg_path.exists():
+        raise OptionsError(f"not an ELMo model directory (no {CONFIG_NAME}): {path}")
+    try:
+        return json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise OptionsError(f"{cfg_path} is not valid JSON: {err}") from None
+
+
+def load_elmo(cls: "Type[ElmoBiLM]", path: Path) -> "ElmoBiLM":
+    config = read_config(path)
+    version = config.get("format_version", FORMAT_VERSION)
+    if version > FORMAT_VERSION:
+        raise OptionsError(f"{path}: format_version {version} is newer than this spacy-elmo reads ({FORMAT_VERSION})")
+    model = cls.from_config(config)
+    weights = Path(path) / WEIGHTS_NAME
+    if not weights.exists():
+        raise WeightsError(f"ELMo weights file not found: {weights}")
+    load_state_bytes(model, weights.read_bytes(), str(weights))
+    return model
+
+
+def read_vocab(path: Path) -> List[str]:
+    vocab_path = Path(path) / VOCAB_NAME
+    if not vocab_path.exists():
+        raise OptionsError(f"{path}: no {VOCAB_NAME}")
+    return vocab_path.read_text(encoding="utf-8").split("\n")[:-1]
