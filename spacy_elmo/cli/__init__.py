@@ -1,0 +1,10 @@
+"""Command line: ``python -m spacy_elmo COMMAND`` or ``spacy-elmo COMMAND``.
+
+Each command is a thin typer wrapper over a plain, testable function.
+"""
+from ._app import app
+
+# Importing the command modules registers their commands on ``app``.
+from . import init_pipeline  # noqa: F401,E402
+
+__all__ = ["app"]
