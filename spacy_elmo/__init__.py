@@ -8,3 +8,5 @@ from .bilm import ElmoBiLM, OptionsError, ScalarMix, WeightsError
 __version__ = "0.1.0"
 
 __all__ = ["ElmoBiLM", "ScalarMix", "OptionsError", "WeightsError", "__version__"]
+
+from . import layers, loaders, pipe  # noqa: E402,F401  (registers the factory, architectures, loaders)

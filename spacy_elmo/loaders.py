@@ -1,0 +1,73 @@
+"""Registered weight loaders, used from ``[initialize.components.elmo.loader]``.
+
+Each returns a function that loads an ``ElmoBiLM`` when the component initializes
+(never at construction).
+"""
+from pathlib import Path
+from typing import Callable, Optional
+
+from spacy.util import registry
+
+from .bilm import ElmoBiLM
+
+MODELS_DIR = Path(__file__).parent / "models"
+DEFAULT_MODEL = "en_elmo_small"
+
+LOADER_HINT = """
+[initialize.components.elmo.loader]
+@misc = "spacy-elmo.ElmoLoader.v1"
+path = "path/to/elmo_model_dir"
+
+or, for published AllenNLP / bilm-tf weights:
+
+[initialize.components.elmo.loader]
+@misc = "spacy-elmo.AllenNLPLoader.v1"
+options_path = "path/to/options.json"
+weights_path = "path/to/weights.hdf5"
+"""
+
+
+@registry.misc("spacy-elmo.AllenNLPLoader.v1")
+def allennlp_loader_v1(options_path: Path, weights_path: Path) -> Callable[[], ElmoBiLM]:
+    """Load published ELMo weights.
+
+    options_path (Path): the ``options.json`` of the model.
+    weights_path (Path): the HDF5 weights file (bilm-tf / AllenNLP layout).
+    """
+
+    def load() -> ElmoBiLM:
+        return ElmoBiLM.from_allennlp(options_path, weights_path)
+
+    return load
+
+
+@registry.misc("spacy-elmo.ElmoLoader.v1")
+def elmo_loader_v1(path: Optional[Path] = None) -> Callable[[], ElmoBiLM]:
+    """Load a biLM in the project's own format (a directory written by
+    ``ElmoBiLM.save`` or by ``python -m spacy_elmo pretrain``).
+
+    path (Optional[Path]): the model directory (config.json + model.safetensors);
+        null for the English model shipped with spacy-elmo.
+    """
+
+    def load() -> ElmoBiLM:
+        if path is None:
+            return default_loader()()
+        return ElmoBiLM.load(path)
+
+    return load
+
+
+def default_loader() -> Callable[[], ElmoBiLM]:
+    """The English model shipped inside the package, if there is one."""
+    path = MODELS_DIR / DEFAULT_MODEL
+    if not (path / "config.json").exists():
+        raise ValueError(
+            "elmo: no weight loader given and no shipped default model found. Add a loader "
+            "to the config:\n" + LOADER_HINT
+        )
+
+    def load() -> ElmoBiLM:
+        return ElmoBiLM.load(path)
+
+    return load

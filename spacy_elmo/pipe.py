@@ -1,0 +1,367 @@
+"""The ``elmo`` pipeline component: runs the biLM over each Doc's sentences, stores
+all layers in ``doc._.elmo`` and a fixed view in ``doc.tensor``, and feeds the
+listeners of downstream components."""
+import os
+from collections import OrderedDict
+from itertools import islice
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.types import Floats3d
+
+from .bilm import ElmoBiLM
+from .layers.elmo_model import get_bilm, layers_to_numpy, no_grad_layers, require_bilm, set_bilm
+from .layers.listener import ElmoListener
+
+TENSOR_VIEWS = ("mean", "top", "none")
+
+DEFAULT_CONFIG = Config().from_str(
+    """
+[model]
+@architectures = "spacy-elmo.ElmoModel.v1"
+"""
+)
+
+
+def install_extensions() -> None:
+    if not Doc.has_extension("elmo"):
+        Doc.set_extension("elmo", default=None)
+
+
+@Language.factory(
+    "elmo",
+    assigns=["doc._.elmo", "doc.tensor"],
+    default_config={
+        "model": DEFAULT_CONFIG["model"],
+        "frozen": True,
+        "max_length": 256,
+        "tensor": "mean",
+        "store_layers": True,
+        "cache_mb": 2048,
+    },
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    frozen: bool,
+    max_length: int,
+    tensor: str,
+    store_layers: bool,
+    cache_mb: int,
+) -> "Elmo":
+    """The ELMo component.
+
+    model: the biLM model (``spacy-elmo.ElmoModel.v1``; weights come from the loader
+        in ``[initialize.components.elmo.loader]``).
+    frozen: keep the biLM fixed (the paper's setting): no gradient, no optimizer state.
+        False fine-tunes it with the downstream tasks.
+    max_length: longest biLM sentence in tokens; longer sentences are cut.
+    tensor: what ``doc.tensor`` holds: "mean" of the layers, the "top" layer, or
+        "none" (leave doc.tensor alone, e.g. for a tok2vec in the same pipeline).
+    store_layers: set ``doc._.elmo`` (all layers). False saves memory on large
+        corpora, but no listener can then read from the Doc.
+    cache_mb: with ``frozen``, the layers of training docs are computed once and
+        reused in later epochs, up to this many megabytes (0 disables the cache).
+    """
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        frozen=frozen,
+        max_length=max_length,
+        tensor=tensor,
+        store_layers=store_layers,
+        cache_mb=cache_mb,
+    )
+
+
+class Elmo(TrainablePipe):
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], List[Floats3d]],
+        name: str = "elmo",
+        *,
+        frozen: bool = True,
+        max_length: int = 256,
+        tensor: str = "mean",
+        store_layers: bool = True,
+        cache_mb: int = 2048,
+    ) -> None:
+        if tensor not in TENSOR_VIEWS:
+            raise ValueError(f"elmo: unknown tensor = {tensor!r} (expected one of {TENSOR_VIEWS})")
+        if max_length < 1:
+            raise ValueError(f"elmo: max_length must be at least 1, got {max_length}")
+        if cache_mb < 0:
+            raise ValueError(f"elmo: cache_mb must be >= 0, got {cache_mb}")
+        install_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.model.attrs["max_length"] = max_length
+        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        self.cfg: Dict[str, Any] = {
+            "frozen": frozen,
+            "max_length": max_length,
+            "tensor": tensor,
+            "store_layers": store_layers,
+            "cache_mb": cache_mb,
+            "bilm_config": None,
+        }
+        self._cache: "OrderedDict[Tuple, np.ndarray]" = OrderedDict()
+        self._cache_bytes = 0
+        self._pid = os.getpid()
+        self._set_replace_hooks()
+
+    # Settings -----------------------------------------------------------------
+
+    @property
+    def frozen(self) -> bool:
+        return bool(self.cfg["frozen"])
+
+    @property
+    def bilm(self) -> Optional[ElmoBiLM]:
+        return get_bilm(self.model)
+
+    def _set_replace_hooks(self) -> None:
+        frozen = self.frozen
+
+        def replace_listener(new_model: Model, listener: Model, pipe: Any) -> Model:
+            return no_grad_layers(new_model) if frozen else new_model
+
+        def replace_listener_cfg(elmo_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict[str, Any]:
+            result = dict(listener_cfg)
+            result["elmo"] = dict(elmo_cfg)
+            result["elmo_frozen"] = frozen
+            return result
+
+        self.model.attrs["replace_listener"] = replace_listener
+        self.model.attrs["replace_listener_cfg"] = replace_listener_cfg
+
+    # Listeners (the contract spaCy's Language._link_components expects) ----------
+
+    @property
+    def listeners(self) -> List[ElmoListener]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+        if not self.cfg["store_layers"]:
+            raise ValueError(
+                f"elmo: component '{component_name}' listens to '{self.name}', which has "
+                "store_layers = false; listeners read doc._.elmo at prediction time."
+            )
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        self._set_listener_width(listener)
+
+    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component: Any) -> None:
+        names = ("*", self.name)
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
+
+    def _set_listener_width(self, listener: ElmoListener) -> None:
+        bilm = self.bilm
+        if bilm is None:
+            return
+        if listener.n_layers != bilm.n_layers:
+            raise ValueError(
+                f"elmo: a listener mixes n_layers = {listener.n_layers}, but the biLM has {bilm.n_layers} layers"
+            )
+        listener.set_dim("nO", bilm.output_dim, force=True)
+
+    # Prediction -------------------------------------------------------------------
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:  # a worker of nlp.pipe(n_process=...)
+            torch.set_num_threads(1)
+            self._pid = os.getpid()
+
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        docs = list(docs)
+        self._check_process()
+        bilm = require_bilm(self.model)
+        if not any(len(doc) for doc in docs):
+            return [self.model.ops.alloc3f(bilm.n_layers, len(doc), bilm.output_dim) for doc in docs]
+        return self.model.predict(docs)
+
+    def set_annotations(self, docs: Sequence[Doc], layerses: List[Floats3d]) -> None:
+        view = self.cfg["tensor"]
+        for doc, layers in zip(docs, layerses):
+            arr = layers_to_numpy(layers)
+            assert arr.shape[1] == len(doc)
+            if self.cfg["store_layers"]:
+                doc._.elmo = arr
+            if view == "mean":
+                doc.tensor = arr.mean(axis=0)
+            elif view == "top":
+                doc.tensor = np.ascontiguousarray(arr[-1])
+
+    # Training ---------------------------------------------------------------------
+
+    def _cache_key(self, doc: Doc) -> Tuple:
+        starts = doc.to_array("SENT_START") if doc.has_annotation("SENT_START") else None
+        return (doc.text, tuple(t.idx for t in doc), None if starts is None else starts.tobytes())
+
+    def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
+        """Layers of training docs with a frozen biLM, computed once per doc (bounded)."""
+        limit = int(self.cfg["cache_mb"]) * 2**20
+        if limit == 0:
+            return self.predict(docs)
+        keys = [self._cache_key(doc) for doc in docs]
+        missing = [i for i, key in enumerate(keys) if key not in self._cache]
+        fresh = dict(zip(missing, self.predict([docs[i] for i in missing]))) if missing else {}
+        outputs: List[Floats3d] = []
+        for i, key in enumerate(keys):
+            if i in fresh:
+                arr = layers_to_numpy(fresh[i])
+                if arr.nbytes + self._cache_bytes <= limit:
+                    self._cache[key] = arr
+                    self._cache_bytes += arr.nbytes
+                outputs.append(fresh[i])
+            else:
+                outputs.append(self.model.ops.asarray(self._cache[key]))
+        return outputs
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        if losses is None:
+            losses = {}
+        examples = list(examples)
+        validate_examples(examples, "Elmo.update")
+        losses.setdefault(self.name, 0.0)
+        docs = [eg.predicted for eg in examples]
+        if not any(len(doc) for doc in docs):
+            return losses
+        if self.frozen:
+            layers = self._frozen_layers(docs)
+
+            def backprop(d_layers: List[Floats3d]) -> List[Doc]:
+                return []
+
+            accumulate = backprop
+        else:
+            set_dropout_rate(self.model, drop)
+            layers, bp_layers = self.model.begin_update(docs)
+            d_layers = [self.model.ops.alloc3f(*x.shape) for x in layers]
+
+            def accumulate(one_d: List[Floats3d]) -> List[Doc]:
+                for i, d in enumerate(one_d):
+                    d_layers[i] += d
+                    losses[self.name] += float((d**2).sum())
+                return []
+
+            def backprop(one_d: List[Floats3d]) -> List[Doc]:
+                accumulate(one_d)
+                d_docs = bp_layers(d_layers)
+                if sgd is not None:
+                    self.finish_update(sgd)
+                return d_docs
+
+        batch_id = ElmoListener.get_batch_id(docs)
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, layers, accumulate)
+        if self.listeners:
+            self.listeners[-1].receive(batch_id, layers, backprop)
+        return losses
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        if not self.frozen:
+            super().finish_update(sgd)
+
+    def get_loss(self, examples: Iterable[Example], scores: Any) -> None:
+        return None
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        loader: Optional[Callable[[], ElmoBiLM]] = None,
+    ) -> None:
+        """Load the biLM weights.
+
+        loader: a registered weight loader (``spacy-elmo.ElmoLoader.v1`` or
+            ``spacy-elmo.AllenNLPLoader.v1``) from ``[initialize.components.elmo.loader]``.
+            Without one, the English model shipped with spacy-elmo is used.
+        """
+        from .loaders import default_loader
+
+        if loader is None:
+            loader = default_loader()
+        bilm = loader()
+        if not isinstance(bilm, ElmoBiLM):
+            raise ValueError(f"elmo: the loader returned {type(bilm).__name__}, not an ElmoBiLM")
+        if self.frozen:
+            bilm.requires_grad_(False)
+        bilm.eval()
+        set_bilm(self.model, bilm)
+        self.cfg["bilm_config"] = bilm.config()
+        self._cache.clear()
+        self._cache_bytes = 0
+        for listener in self.listeners:
+            self._set_listener_width(listener)
+        # Put the model on the current device (e.g. GPU after require_gpu).
+        self.model.shims[0].to_device(*_device_of(self.model))
+
+    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_disk(path, exclude=exclude)
+        self._after_load()
+        return self
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_bytes(bytes_data, exclude=exclude)
+        self._after_load()
+        return self
+
+    def _after_load(self) -> None:
+        self.model.attrs["max_length"] = int(self.cfg["max_length"])
+        bilm = self.bilm
+        if bilm is not None:
+            if self.frozen:
+                bilm.requires_grad_(False)
+            bilm.eval()
+            self.model.set_dim("nO", bilm.output_dim, force=True)
+        for listener in self.listeners:
+            self._set_listener_width(listener)
+        self._set_replace_hooks()
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError
+
+
+def _device_of(model: Model) -> Tuple[str, int]:
+    ops = model.ops
+    if type(ops).__name__ in ("CupyOps",):
+        import cupy
+
+        return ("gpu", int(cupy.cuda.runtime.getDevice()))
+    return ("cpu", 0)
