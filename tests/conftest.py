@@ -39,3 +39,56 @@ def tiny_bilm(tiny_dir):
     from spacy_elmo import ElmoBiLM
 
     return ElmoBiLM.from_allennlp(tiny_dir / "options.json", tiny_dir / "weights.hdf5")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_bilm, tmp_path_factory) -> Path:
+    """The tiny fixture weights in the project's own format."""
+    path = tmp_path_factory.mktemp("tiny_elmo") / "model"
+    tiny_bilm.save(path)
+    return path
+
+
+def make_elmo_nlp(tiny_dir: Path, **cfg):
+    """A blank English pipeline with an ``elmo`` initialised from the tiny fixture."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=cfg)
+    nlp.config["initialize"]["components"]["elmo"] = {
+        "loader": {
+            "@misc": "spacy-elmo.AllenNLPLoader.v1",
+            "options_path": str(tiny_dir / "options.json"),
+            "weights_path": str(tiny_dir / "weights.hdf5"),
+        }
+    }
+    nlp.initialize()
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def elmo_nlp(tiny_dir):
+    return make_elmo_nlp(tiny_dir)
+
+
+def read_conll(path: Path, limit: int):
+    """(words, IOB2 tags) of the first ``limit`` sentences of a CoNLL-2003 file (.gz)."""
+    import gzip
+
+    sents, words, tags = [], [], []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("-DOCSTART-"):
+                if words:
+                    sents.append((words, tags))
+                    words, tags = [], []
+                    if len(sents) >= limit:
+                        break
+                continue
+            parts = line.split()
+            words.append(parts[0])
+            tags.append(parts[-1])
+    if words and len(sents) < limit:
+        sents.append((words, tags))
+    return sents

@@ -1,0 +1,181 @@
+"""Training NER and textcat through the ELMo listener, with the shipped configs."""
+import gzip
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from spacy.util import load_config, load_model_from_config
+
+from conftest import REPO, read_conll
+
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(scope="module")
+def conll(shared_dir):
+    return read_conll(shared_dir / "data" / "conll2003" / "train.txt.gz", 40)
+
+
+@pytest.fixture(scope="module")
+def sst(shared_dir):
+    items = []
+    with gzip.open(shared_dir / "data" / "sst" / "train.txt.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            words = re.findall(r"\(\d ([^()\s]+)\)", line)
+            items.append((words, line[1]))
+            if len(items) >= 30:
+                break
+    return items
+
+
+def ner_examples(nlp, sents):
+    return [Example(nlp.make_doc(" ".join(w)), Doc(nlp.vocab, words=w, ents=t)) for w, t in sents]
+
+
+def textcat_examples(nlp, items):
+    out = []
+    for words, label in items:
+        ref = Doc(nlp.vocab, words=words)
+        ref.cats = {str(k): float(str(k) == label) for k in range(5)}
+        out.append(Example(Doc(nlp.vocab, words=words), ref))
+    return out
+
+
+def nlp_from(cfg_name, model_dir, **overrides):
+    config = load_config(CONFIGS / cfg_name, overrides={"paths.elmo": str(model_dir), **overrides})
+    return load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def train(nlp, examples, steps, task):
+    optimizer = nlp.initialize(lambda: examples)
+    losses_seen = []
+    for _ in range(steps):
+        losses = {}
+        nlp.update(examples, sgd=optimizer, losses=losses)
+        losses_seen.append(losses[task])
+    return optimizer, losses_seen
+
+
+def assert_same_predictions(nlp, nlp2, texts, task):
+    for d1, d2 in zip(nlp.pipe(texts), nlp2.pipe(texts)):
+        np.testing.assert_array_equal(d1._.elmo, d2._.elmo)
+        if task == "ner":
+            assert [(e.start, e.end, e.label_) for e in d1.ents] == [(e.start, e.end, e.label_) for e in d2.ents]
+        else:
+            assert d1.cats == pytest.approx(d2.cats, abs=1e-6)
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_ner_trains_saves_reloads(conll, tiny_model_dir, tmp_path, frozen):
+    nlp = nlp_from("ner.cfg", tiny_model_dir, **{"components.elmo.frozen": frozen})
+    examples = ner_examples(nlp, conll)
+    optimizer, losses = train(nlp, examples, 30, "ner")
+    assert losses[-1] < losses[0] * 0.5, losses
+    bilm_params = {k for k in optimizer.mom1 if k[0] == nlp.get_pipe("elmo").model.shims[0].id}
+    assert (not bilm_params) if frozen else bilm_params
+    nlp.to_disk(tmp_path / "ner")
+    nlp2 = spacy.load(tmp_path / "ner")
+    texts = [" ".join(w) for w, _ in conll[:10]]
+    assert_same_predictions(nlp, nlp2, texts, "ner")
+    assert any(d.ents for d in nlp2.pipe(texts))
+
+
+def test_textcat_trains_saves_reloads(sst, tiny_model_dir, tmp_path):
+    nlp = nlp_from("textcat.cfg", tiny_model_dir)
+    examples = textcat_examples(nlp, sst)
+    _, losses = train(nlp, examples, 12, "textcat")
+    assert losses[-1] < losses[0], losses
+    nlp.to_disk(tmp_path / "tc")
+    nlp2 = spacy.load(tmp_path / "tc")
+    assert_same_predictions(nlp, nlp2, [" ".join(w) for w, _ in sst[:8]], "textcat")
+
+
+def test_replace_listeners_round_trip(conll, tiny_model_dir, tmp_path):
+    nlp = nlp_from("ner.cfg", tiny_model_dir)
+    examples = ner_examples(nlp, conll)
+    train(nlp, examples, 3, "ner")
+    texts = [" ".join(w) for w, _ in conll[:6]]
+    before = [[(e.start, e.end, e.label_) for e in d.ents] for d in nlp.pipe(texts)]
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    assert nlp.get_pipe("elmo").listening_components == []
+    nlp.remove_pipe("elmo")
+    after = [[(e.start, e.end, e.label_) for e in d.ents] for d in nlp.pipe(texts)]
+    assert after == before
+    nlp.to_disk(tmp_path / "replaced")
+    nlp2 = spacy.load(tmp_path / "replaced")
+    assert [[(e.start, e.end, e.label_) for e in d.ents] for d in nlp2.pipe(texts)] == before
+
+
+def test_frozen_components_and_annotating(conll, tiny_model_dir, tmp_path):
+    """An elmo sourced from a saved pipeline, frozen by spaCy's own setting."""
+    base = spacy.blank("en")
+    base.add_pipe("elmo")
+    base.config["initialize"]["components"]["elmo"] = {
+        "loader": {"@misc": "spacy-elmo.ElmoLoader.v1", "path": str(tiny_model_dir)}
+    }
+    base.initialize()
+    base.to_disk(tmp_path / "base")
+    src = spacy.load(tmp_path / "base")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", source=src)
+    nlp.add_pipe("ner", config={"model": {
+        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "hidden_width": 32,
+        "maxout_pieces": 2, "use_upper": True, "nO": None,
+        "tok2vec": {"@architectures": "spacy-elmo.ElmoListener.v1", "width": 32},
+    }})
+    examples = ner_examples(nlp, conll[:10])
+    with nlp.select_pipes(enable=["ner"]):
+        optimizer = nlp.initialize(lambda: examples)
+    # Frozen and not annotating: the listener has nothing to read.
+    with pytest.raises(ValueError, match="annotating_components"):
+        nlp.update(examples, sgd=optimizer, exclude=["elmo"])
+    losses = {}
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer, exclude=["elmo"], annotates=["elmo"], losses=losses)
+    assert losses["ner"] > 0
+    doc = nlp(" ".join(conll[0][0]))
+    assert doc._.elmo is not None
+
+
+def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
+    nlp = nlp_from("ner.cfg", tiny_model_dir)
+    examples = ner_examples(nlp, conll[:8])
+    nlp.initialize(lambda: examples)
+    elmo = nlp.get_pipe("elmo")
+    docs = [eg.predicted for eg in examples]
+    first = elmo._frozen_layers(docs)
+    assert len(elmo._cache) == len(docs)
+    second = elmo._frozen_layers(docs)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    elmo.cfg["cache_mb"] = 0
+    elmo._cache.clear()
+    elmo._frozen_layers(docs)
+    assert not elmo._cache
+
+
+@pytest.mark.parametrize("cfg", ["ner.cfg", "textcat.cfg"])
+def test_spacy_cli_debug_and_train(cfg, tiny_model_dir, conll, sst, tmp_path):
+    nlp = spacy.blank("en")
+    if cfg == "ner.cfg":
+        docs = [ex.reference for ex in ner_examples(nlp, conll)]
+    else:
+        docs = [ex.reference for ex in textcat_examples(nlp, sst)]
+    DocBin(docs=docs).to_disk(tmp_path / "train.spacy")
+    paths = ["--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy"),
+             "--paths.elmo", str(tiny_model_dir)]
+    subprocess.run([sys.executable, "-m", "spacy", "debug", "config", str(CONFIGS / cfg), *paths],
+                   check=True, capture_output=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg), "--output", str(tmp_path / "out"), *paths,
+         "--training.max_steps", "4", "--training.eval_frequency", "2"],
+        capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    nlp2 = spacy.load(tmp_path / "out" / "model-last")
+    assert nlp2.pipe_names[0] == "elmo"
