@@ -1,0 +1,63 @@
+"""``demo``: contextual vectors at work, on polysemous words."""
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import typer
+
+from ._app import app
+
+# (word, two sentences with the same sense, one with another sense)
+SENSES: List[Tuple[str, str, str, str]] = [
+    ("bank", "The river bank was flooded.", "We walked along the bank of the stream.", "The bank raised interest rates."),
+    ("play", "We saw a play at the theatre.", "The actors rehearsed the new play for weeks.", "The children play in the garden."),
+    ("bat", "The bat flew out of the cave at night.", "A bat hunts insects in the dark.", "He swung the bat and hit the ball."),
+]
+
+
+def word_vector(nlp, text: str, word: str) -> np.ndarray:
+    doc = nlp(text)
+    for tok in doc:
+        if tok.lower_ == word:
+            return tok.vector
+    raise ValueError(f"'{word}' not found in {text!r}")
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def sense_similarities(nlp, senses: Sequence[Tuple[str, str, str, str]] = SENSES) -> List[Tuple[str, float, float]]:
+    """For each word: cosine(same sense), cosine(other sense), on ``Token.vector``
+    (``doc.tensor``, the mean of the ELMo layers)."""
+    rows = []
+    for word, a, b, other in senses:
+        va, vb, vo = (word_vector(nlp, t, word) for t in (a, b, other))
+        rows.append((word, cosine(va, vb), cosine(va, vo)))
+    return rows
+
+
+def load_nlp(weights: Optional[Path]):
+    import spacy
+
+    from .init_pipeline import weights_loader_config
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    if weights is not None:
+        nlp.config["initialize"]["components"]["elmo"] = {"loader": weights_loader_config(weights)}
+    nlp.initialize()
+    return nlp
+
+
+@app.command("demo")
+def demo_cli(
+    weights: Optional[Path] = typer.Option(None, "--weights", help="model dir (default: the shipped English model)"),
+) -> None:
+    """Show that ELMo vectors tell word senses apart (cosine similarities)."""
+    nlp = load_nlp(weights)
+    typer.echo(f"{'word':<8}{'same sense':>12}{'other sense':>13}")
+    for word, same, other in sense_similarities(nlp):
+        typer.echo(f"{word:<8}{same:>12.3f}{other:>13.3f}{'   ok' if same > other else '   (no)'}")
+    for word, a, b, other in SENSES:
+        typer.echo(f"  {word}: [{a}] vs [{b}] / [{other}]")
