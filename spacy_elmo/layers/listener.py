@@ -145,6 +145,7 @@ def build_elmo_listener_v1(
     layer_norm: bool = False,
     dropout: float = 0.0,
     embed: Optional[Tok2VecT] = None,
+    encode: Optional[Model[Floats2d, Floats2d]] = None,
     elmo: Optional[ElmoModelT] = None,
     elmo_frozen: bool = True,
 ) -> Tok2VecT:
@@ -158,6 +159,9 @@ def build_elmo_listener_v1(
     embed (Optional[Model[List[Doc], List[Floats2d]]]): a context-independent token
         embedding (e.g. spacy.MultiHashEmbed.v2) concatenated with the mixed ELMo
         vector before the projection, as in the paper.
+    encode (Optional[Model[Floats2d, Floats2d]]): a contextual encoder run on the
+        projected features (e.g. spacy.MaxoutWindowEncoder.v2 of the same width), as the
+        paper kept the task's own encoder on top of ELMo.
     elmo (Optional[Model]): a standalone ElmoModel used instead of listening; set by
         ``nlp.replace_listeners``, leave it null otherwise.
     elmo_frozen (bool): with ``elmo``, whether its biLM is frozen (no gradient).
@@ -169,7 +173,10 @@ def build_elmo_listener_v1(
     features: Tok2VecT = chain(source, build_scalar_mix(n_layers, layer_norm, dropout))
     if embed is not None:
         features = concatenate(features, embed)
-    model: Tok2VecT = chain(features, with_array(Linear(nO=width)))
+    project: Model[Floats2d, Floats2d] = Linear(nO=width)
+    if encode is not None:
+        project = chain(project, encode)
+    model: Tok2VecT = chain(features, with_array(project))
     model.set_dim("nO", width)
     model.set_ref("listener", source)
     return model
