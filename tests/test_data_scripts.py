@@ -1,0 +1,193 @@
+"""The project's data converters (scripts/convert_*.py), timing wrapper and report."""
+import gzip
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.tokens import DocBin
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_project_scripts_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+convert_ner = _load("convert_ner")
+convert_sst = _load("convert_sst")
+report = _load("report")
+timed = _load("timed")
+
+
+@pytest.fixture(scope="module")
+def conll_dev(shared_dir):
+    path = shared_dir / "data" / "conll2003" / "valid.txt.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+@pytest.fixture(scope="module")
+def sst_dev(shared_dir):
+    path = shared_dir / "data" / "sst" / "dev.txt.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def _roundtrip(docs, tmp_path):
+    path = tmp_path / "out.spacy"
+    DocBin(docs=docs).to_disk(path)
+    return list(DocBin().from_disk(path).get_docs(spacy.blank("en").vocab))
+
+
+def test_conll_dev_counts(conll_dev, tmp_path):
+    docs, stats = convert_ner.convert_iob(conll_dev)
+    docs = _roundtrip(docs, tmp_path)
+    assert len(docs) == 3250
+    assert sum(len(d) for d in docs) == 51362
+    labels = Counter(ent.label_ for d in docs for ent in d.ents)
+    assert labels == {"PER": 1842, "LOC": 1837, "ORG": 1341, "MISC": 922}
+    assert stats.documents == 216 and stats.repaired_tags == 0 and stats.dropped_lines == 0
+    assert all(not d[-1].whitespace_ for d in docs)
+    assert docs[0].text == "CRICKET - LEICESTERSHIRE TAKE OVER AT TOP AFTER INNINGS VICTORY ."
+
+
+def test_conll_dev_by_document(conll_dev):
+    docs, _ = convert_ner.convert_iob(conll_dev, by_document=True)
+    assert len(docs) == 216
+    assert sum(len(list(d.sents)) for d in docs) == 3250
+    assert sum(len(d.ents) for d in docs) == 1842 + 1837 + 1341 + 922
+
+
+def test_read_iob_quirks(tmp_path):
+    # -DOCSTART-, tabs, a tagless U+FEFF line, an I- tag that starts an entity, no final newline
+    text = "-DOCSTART- -X- -X- O\n\nLil\tB-person\nSly-\tI-person\n\ufeff\nTurn\tI-work\nUp\tI-work\n\t\nhi\tO"
+    path = tmp_path / "x.conll.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+    stats = convert_ner.ReadStats()
+    sents = list(convert_ner.read_iob(path, stats))
+    assert [s.words for s in sents] == [["Lil", "Sly-", "Turn", "Up"], ["hi"]]
+    assert sents[0].tags == ["B-person", "I-person", "B-work", "I-work"]
+    assert stats.dropped_lines == 1 and stats.repaired_tags == 1
+    doc = convert_ner.sentence_doc(spacy.blank("en").vocab, sents[0])
+    assert [(e.text, e.label_) for e in doc.ents] == [("Lil Sly-", "person"), ("Turn Up", "work")]
+
+
+def test_sst_dev_counts(sst_dev, tmp_path):
+    docs = _roundtrip(convert_sst.convert_sst(sst_dev), tmp_path)
+    assert len(docs) == 1101
+    assert sum(len(d) for d in docs) == 21274
+    counts = convert_sst.label_counts(docs)
+    assert [counts[label] for label in convert_sst.LABELS] == [139, 289, 229, 279, 165]
+    assert all(sorted(d.cats.values()) == [0.0] * 4 + [1.0] for d in docs)
+    assert docs[0].text == "It's a lovely film with lovely performances by Buy and Accorsi."
+    assert docs[0].cats["positive"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "escaped,plain",
+    [("-LRB-", "("), ("-RRB-", ")"), ("-LSB-", "["), ("-RCB-", "}"), ("``", '"'), ("''", '"'),
+     ("`", "'"), ("writer\\/director", "writer/director"), ("\\*\\*\\*", "***"), ("film", "film")],
+)
+def test_unescape_ptb(escaped, plain):
+    assert convert_sst.unescape_ptb(escaped) == plain
+
+
+def test_parse_tree_leaves():
+    line = "(1 (2 (2 -LRB-) (2 2\u00a01\\/2)) (1 (2 -RRB-) (0 (2 ``) (0 bad) (2 '') (2 .))))\n"
+    root, leaves = convert_sst.parse_tree(line)
+    assert root == 1
+    assert leaves == ["-LRB-", "2\u00a01\\/2", "-RRB-", "``", "bad", "''", "."]
+    doc = convert_sst.tree_doc(spacy.blank("en").vocab, line)
+    assert [t.text for t in doc] == ["(", "2\u00a01/2", ")", '"', "bad", '"', "."]
+    assert doc.text == '(2\u00a01/2) "bad".'
+    assert doc.cats["negative"] == 1.0
+    with pytest.raises(ValueError):
+        convert_sst.parse_tree("(2 (2 a) (2 b)")
+
+
+def test_timed(tmp_path):
+    out = tmp_path / "t" / "timing.json"
+    assert timed.run_timed(out, ["python", "-c", "pass"]) == 0
+    record = json.loads(out.read_text())
+    assert record["returncode"] == 0 and record["seconds"] >= 0
+    assert record["command"][1:] == ["-c", "pass"]
+
+
+def _write_run(root, name, scores, pipeline, seconds):
+    (root / "metrics").mkdir(exist_ok=True)
+    (root / "metrics" / f"{name}.json").write_text(json.dumps(scores))
+    model = root / "training" / name / "model-best"
+    model.mkdir(parents=True)
+    (root / "training" / name / "timing.json").write_text(json.dumps({"seconds": seconds, "returncode": 0}))
+    (model / "config.cfg").write_text(
+        f"[nlp]\nlang = \"en\"\npipeline = {json.dumps(pipeline)}\n\n[training]\nmax_steps = 4000\n"
+    )
+
+
+def test_report_table(tmp_path):
+    _write_run(tmp_path, "ner_baseline", {"ents_f": 0.8512, "speed": 9876.5}, ["tok2vec", "ner"], 3725)
+    _write_run(tmp_path, "ner", {"ents_f": 0.9001, "speed": 1234.0}, ["elmo", "ner"], 95.4)
+    _write_run(tmp_path, "textcat_baseline", {"cats_micro_f": 0.4, "cats_macro_f": 0.3, "speed": 5000}, ["tok2vec", "textcat"], 61)
+    (tmp_path / "metrics" / "notes.json").write_text('{"something": 1}')  # not a run: ignored
+    out = tmp_path / "metrics" / "report.md"
+    text = report.write_report(tmp_path / "metrics", tmp_path / "training", out, tmp_path / "metrics" / "lw.png")
+    assert out.read_text() == text
+    rows = [line for line in text.splitlines() if line.startswith("| NER") or line.startswith("| Sentiment")]
+    assert rows == [
+        "| NER (CoNLL-2003) | spaCy tok2vec (baseline) | `ner_baseline` | 85.12 F1 | 9,876 | 1:02:05 | 4000 |",
+        "| NER (CoNLL-2003) | ELMo | `ner` | 90.01 F1 | 1,234 | 1:35 | 4000 |",
+        "| Sentiment (SST-5) | spaCy tok2vec (baseline) | `textcat_baseline` | 40.00 accuracy | 5,000 | 1:01 | 4000 |",
+    ]
+    # The ELMo run has no loadable pipeline here: reported as such, not a crash.
+    assert "## Not reported" in text and "`ner`" in text.split("## Not reported")[1]
+
+
+def _thinc_model_with_mix(name=None):
+    from thinc.api import Linear, PyTorchWrapper_v2, chain
+
+    from spacy_elmo.bilm import ScalarMix
+
+    mix = PyTorchWrapper_v2(ScalarMix(n_layers=3, initial_weights=[1.0, 0.0, -1.0], initial_gamma=2.5))
+    if name:
+        mix.name = name
+    return chain(mix, Linear(4, 4))
+
+
+@pytest.mark.parametrize("name", [None, "elmo_scalar_mix"])
+def test_find_scalar_mix(name):
+    import math
+
+    mix = report.find_scalar_mix(_thinc_model_with_mix(name))
+    weights, gamma = report.mix_values(mix)
+    z = math.e + 1 + 1 / math.e
+    assert weights == pytest.approx([math.e / z, 1 / z, 1 / (math.e * z)], rel=1e-6)
+    assert gamma == pytest.approx(2.5)
+
+
+def test_find_scalar_mix_none():
+    from thinc.api import Linear
+
+    with pytest.raises(ValueError, match="no ELMo scalar mix"):
+        report.find_scalar_mix(Linear(2, 2))
+
+
+def test_plot_layer_weights(tmp_path):
+    pytest.importorskip("matplotlib")
+    entries = [
+        report.LayerWeights("ner", "NER (CoNLL-2003)", "ner", [0.2, 0.5, 0.3], 1.4),
+        report.LayerWeights("textcat", "Sentiment (SST-5)", "textcat", [0.1, 0.3, 0.6], 0.8),
+    ]
+    path = report.plot_layer_weights(entries, tmp_path / "plots" / "lw.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = report.render_weights_table(entries)
+    assert "| NER (CoNLL-2003) | `ner` | ner | 0.200 | 0.500 | 0.300 | 1.400 |" in table
