@@ -329,8 +329,6 @@ class Elmo(TrainablePipe):
         self._cache_bytes = 0
         for listener in self.listeners:
             self._set_listener_width(listener)
-        # Put the model on the current device (e.g. GPU after require_gpu).
-        self.model.shims[0].to_device(*_device_of(self.model))
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=exclude)
@@ -357,11 +355,3 @@ class Elmo(TrainablePipe):
     def add_label(self, label: str) -> int:
         raise NotImplementedError
 
-
-def _device_of(model: Model) -> Tuple[str, int]:
-    ops = model.ops
-    if type(ops).__name__ in ("CupyOps",):
-        import cupy
-
-        return ("gpu", int(cupy.cuda.runtime.getDevice()))
-    return ("cpu", 0)

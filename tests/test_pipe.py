@@ -11,6 +11,8 @@ from spacy.tokens import Doc, DocBin
 from conftest import make_elmo_nlp
 
 ATOL = 1e-5
+# Same weights, another process or a warm char-CNN cache: equal up to float rounding.
+SAME = dict(atol=1e-6, rtol=0)
 
 
 def fixture_docs(nlp, tiny_dir):
@@ -96,13 +98,13 @@ def test_serialization_round_trips(elmo_nlp, tmp_path):
     # Pipeline to disk and back, without the original weight files.
     elmo_nlp.to_disk(tmp_path / "pipe")
     nlp2 = spacy.load(tmp_path / "pipe")
-    np.testing.assert_array_equal(nlp2(text)._.elmo, doc._.elmo)
+    np.testing.assert_allclose(nlp2(text)._.elmo, doc._.elmo, **SAME)
     assert nlp2.get_pipe("elmo").cfg["bilm_config"]["lstm"]["projection_dim"] == 16
     # Pipeline bytes.
     nlp3 = spacy.blank("en")
     nlp3.add_pipe("elmo")
     nlp3.from_bytes(elmo_nlp.to_bytes())
-    np.testing.assert_array_equal(nlp3(text)._.elmo, doc._.elmo)
+    np.testing.assert_allclose(nlp3(text)._.elmo, doc._.elmo, **SAME)
     # Doc bytes and DocBin keep doc._.elmo.
     doc2 = Doc(elmo_nlp.vocab).from_bytes(doc.to_bytes())
     np.testing.assert_array_equal(doc2._.elmo, doc._.elmo)
