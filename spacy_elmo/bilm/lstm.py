@@ -58,7 +58,13 @@ class ProjectedLstmLayer(nn.Module):
             self.bias[:, self.cell_dim : 2 * self.cell_dim] = 1.0  # forget bias
 
     def forward(self, x: torch.Tensor, batch_sizes: Sequence[int]) -> torch.Tensor:
-        """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``."""
+        """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``.
+
+        With autograd off this runs ``forward_inference`` (same numbers, no
+        per-step allocations, bounded memory).
+        """
+        if not torch.is_grad_enabled():
+            return self.forward_inference(x, batch_sizes)
         C = self.cell_dim
         # One product for every time step's input projection, both directions.
         x_gates = torch.baddbmm(self.bias.unsqueeze(1), x, self.weight_ih)
@@ -78,6 +84,53 @@ class ProjectedLstmLayer(nn.Module):
                 h = torch.clamp(h, -self.proj_clip, self.proj_clip)
             outputs.append(h)
         return torch.cat(outputs, dim=1)
+
+    def forward_inference(self, x: torch.Tensor, batch_sizes: Sequence[int], chunk_size: int = 1 << 22) -> torch.Tensor:
+        """``forward`` without autograd: in-place updates of preallocated buffers.
+
+        The input projection still runs as a few large products, each over the
+        steps whose packed rows fit a buffer of about ``chunk_size`` gate values
+        per direction (at least one step), so memory stays bounded for any batch.
+        """
+        C, P, B = self.cell_dim, self.projection_dim, batch_sizes[0]
+        chunk_rows = chunk_size // (4 * C)
+        out = x.new_empty(2, x.shape[1], P)  # h of every step; step t reads step t-1's rows
+        c = x.new_zeros(2, B, C)
+        h0 = x.new_zeros(2, B, P)
+        tanh_c = x.new_empty(2 * B * C)  # viewed as a contiguous (2, n, C) each step
+        x_gates = x.new_empty(2, min(max(chunk_rows, B), x.shape[1]), 4 * C)
+        start = chunk_start = chunk_end = 0
+        prev = h0
+        for i, n in enumerate(batch_sizes):
+            if start + n > chunk_end:  # project the inputs of the next steps that fit
+                chunk_start = chunk_end = start
+                for m in batch_sizes[i:]:
+                    if chunk_end + m - chunk_start > x_gates.shape[1]:
+                        break
+                    chunk_end += m
+                for d in range(2):
+                    torch.addmm(
+                        self.bias[d], x[d, chunk_start:chunk_end], self.weight_ih[d], out=x_gates[d, : chunk_end - chunk_start]
+                    )
+            z = x_gates[:, start - chunk_start : start - chunk_start + n]
+            for d in range(2):  # 2-D products on contiguous rows (batched ones copy here)
+                z[d].addmm_(prev[d, :n], self.weight_hh[d])
+            ifo = z[..., : 3 * C].sigmoid_()
+            g = z[..., 3 * C :].tanh_()
+            cn = c[:, :n]
+            cn.mul_(ifo[..., C : 2 * C]).addcmul_(ifo[..., :C], g)
+            if self.cell_clip is not None:
+                cn.clamp_(-self.cell_clip, self.cell_clip)
+            t = torch.tanh(cn, out=tanh_c[: 2 * n * C].view(2, n, C)).mul_(ifo[..., 2 * C :])
+            h = out[:, start : start + n]
+            for d in range(2):
+                torch.mm(t[d], self.weight_proj[d], out=h[d])
+            if self.proj_clip is not None:
+                h.clamp_(-self.proj_clip, self.proj_clip)
+            prev = h
+            start += n
+        return out
+
 
 
 class ProjectedLstmStack(nn.Module):

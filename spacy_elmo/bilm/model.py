@@ -1,7 +1,7 @@
 """ElmoBiLM: the whole biLM as one PyTorch module (characters in, layers out)."""
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -12,9 +12,23 @@ from .lstm import ProjectedLstmStack
 from .options import Options, clip_value, n_output_layers, output_dim, validate_options
 from .packing import make_plan
 from .softmax import build_softmax
-from .token_encoder import CharTokenEncoder
+from .token_encoder import CharTokenEncoder, TokenCache
 
 PathLike = Union[str, os.PathLike]
+DEFAULT_TOKEN_CACHE = 50_000
+
+
+def unique_rows(char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Distinct rows of ``char_ids`` and the index of each row's distinct row.
+
+    On CPU via NumPy on whole rows as bytes (``torch.unique(dim=0)`` compares rows
+    one by one there)."""
+    if char_ids.device.type != "cpu":
+        return torch.unique(char_ids, dim=0, return_inverse=True)
+    rows = np.ascontiguousarray(char_ids.numpy())
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return char_ids[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
 
 
 class ElmoBiLM(nn.Module):
@@ -31,6 +45,9 @@ class ElmoBiLM(nn.Module):
     layer k the [forward; backward] output of LSTM layer k. Every sentence runs as
     ``<S> tokens </S>`` from a zero state, alone in effect: its output does not
     depend on the rest of the batch.
+
+    In inference (eval mode, autograd off) the token layer of recently seen tokens
+    comes from a bounded cache (``set_token_cache``); training never uses it.
     """
 
     def __init__(
@@ -70,6 +87,12 @@ class ElmoBiLM(nn.Module):
         )
         boundary = torch.from_numpy(np.stack([bos_char_ids(self.max_chars), eos_char_ids(self.max_chars)]))
         self.register_buffer("boundary_char_ids", boundary, persistent=False)
+        self.token_cache: Optional[TokenCache] = TokenCache(DEFAULT_TOKEN_CACHE)
+
+    def set_token_cache(self, max_entries: int) -> None:
+        """Keep the token layer of up to ``max_entries`` distinct tokens for
+        inference (memory: max_entries x P floats); 0 turns the cache off."""
+        self.token_cache = TokenCache(max_entries) if max_entries > 0 else None
 
     @property
     def output_dim(self) -> int:
@@ -99,11 +122,14 @@ class ElmoBiLM(nn.Module):
     def embed_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Token layer (char CNN, highway, projection) for rows of char ids: ``(n, P)``.
 
-        Repeated tokens are encoded once.
+        Repeated tokens are encoded once; in inference, cached tokens not at all.
         """
         if char_ids.shape[0] == 0:
             return self.token_encoder.projection.weight.new_zeros(0, self.options["lstm"]["projection_dim"])
-        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        unique, inverse = unique_rows(char_ids)
+        if self.token_cache is not None and not self.training and not torch.is_grad_enabled():
+            stamp = tuple((p.data_ptr(), p._version, p.dtype) for p in self.token_encoder.parameters())
+            return self.token_cache(unique, self.token_encoder, stamp)[inverse]
         return self.token_encoder(unique)[inverse]
 
     def _run(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
