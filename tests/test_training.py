@@ -64,7 +64,7 @@ def train(nlp, examples, steps, task):
 
 def assert_same_predictions(nlp, nlp2, texts, task):
     for d1, d2 in zip(nlp.pipe(texts), nlp2.pipe(texts)):
-        np.testing.assert_allclose(d1._.elmo, d2._.elmo, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(d1._.elmo, d2._.elmo, atol=1e-5, rtol=0)
         if task == "ner":
             assert [(e.start, e.end, e.label_) for e in d1.ents] == [(e.start, e.end, e.label_) for e in d2.ents]
         else:
@@ -78,7 +78,8 @@ def test_ner_trains_saves_reloads(conll, tiny_model_dir, tmp_path, frozen):
     examples = ner_examples(nlp, conll if frozen else conll[:16])
     optimizer, losses = train(nlp, examples, 30 if frozen else 15, "ner")
     assert losses[-1] < losses[0] * 0.5, losses
-    bilm_params = {k for k in optimizer.mom1 if k[0] == nlp.get_pipe("elmo").model.shims[0].id}
+    bilm_names = set(dict(nlp.get_pipe("elmo").bilm.named_parameters()))
+    bilm_params = {k for k in optimizer.mom1 if k[1] in bilm_names}
     assert (not bilm_params) if frozen else bilm_params
     nlp.to_disk(tmp_path / "ner")
     nlp2 = spacy.load(tmp_path / "ner")
