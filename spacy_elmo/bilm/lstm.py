@@ -71,10 +71,11 @@ class ProjectedLstmLayer(nn.Module):
         h = x.new_zeros(2, batch_sizes[0], self.projection_dim)
         c = x.new_zeros(2, batch_sizes[0], C)
         outputs: List[torch.Tensor] = []
-        start = 0
-        for n in batch_sizes:
-            z = torch.baddbmm(x_gates[:, start : start + n], h[:, :n], self.weight_hh)
-            start += n
+        # split (not slicing in the loop): its backward is one concatenation, where each
+        # slice's backward would write a zero tensor the size of x_gates.
+        for x_step in x_gates.split(list(batch_sizes), dim=1):
+            n = x_step.shape[1]
+            z = torch.baddbmm(x_step, h[:, :n], self.weight_hh)
             ifo = torch.sigmoid(z[..., : 3 * C])
             c = ifo[..., C : 2 * C] * c[:, :n] + ifo[..., :C] * torch.tanh(z[..., 3 * C :])
             if self.cell_clip is not None:

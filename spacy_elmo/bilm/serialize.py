@@ -80,6 +80,25 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_model_files(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
+    """Write the model files into an existing directory (kept for its other files,
+    e.g. checkpoints), each file atomically; config.json last."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config: Dict[str, Any] = model.config()
+    config["format_version"] = FORMAT_VERSION
+    config["dtype"] = "float16" if half else "float32"
+    files = [(WEIGHTS_NAME, state_to_bytes(model, half))]
+    if vocab is not None:
+        files.append((VOCAB_NAME, "".join(f"{w}\n" for w in vocab).encode("utf-8")))
+    files.append((CONFIG_NAME, json.dumps(config, indent=2).encode("utf-8")))
+    for name, data in files:
+        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path / name)
+
+
 def read_config(path: Path) -> Dict[str, Any]:
     cfg_path = Path(path) / CONFIG_NAME
     if not cfg_path.exists():

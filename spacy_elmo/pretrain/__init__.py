@@ -1,0 +1,2 @@
+"""Pretraining a biLM from raw text: corpus preparation, output vocabulary, the
+language-model loss and a resumable training loop (CPU, one GPU or torchrun)."""

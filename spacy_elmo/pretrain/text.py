@@ -1,0 +1,85 @@
+"""Raw text to sentences of tokens, as the ``elmo`` component will see them.
+
+Tokenization is spaCy's English tokenizer; sentences are split by the rule of spaCy's
+``Sentencizer`` (the same rule the component uses on Docs without boundaries);
+whitespace tokens are dropped. Source quirks:
+
+- "wikitext": the tokenised WikiText release: `` = Heading = `` lines are dropped,
+  ``@-@``, ``@,@``, ``@.@`` are joined with their neighbours and ``<unk>`` stays one token.
+- "imdb": a .tar.gz of review files (aclImdb layout); ``<br />`` becomes a space.
+- "plain": one sentence or paragraph per line (.txt or .gz).
+"""
+import gzip
+import re
+import tarfile
+from pathlib import Path
+from typing import Iterable, Iterator, List
+
+KINDS = ("auto", "plain", "wikitext", "imdb")
+_AT_JOIN = re.compile(r" @([-,.])@ ")
+_HEADING = re.compile(r"^\s*=+ .* =+\s*$")
+UNK_PLACEHOLDER = "UNKPLACEHOLDERXQ"
+
+
+def detect_kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith((".tar.gz", ".tgz")):
+        return "imdb"
+    if "wikitext" in str(path).lower() or "wiki." in name:
+        return "wikitext"
+    return "plain"
+
+
+def _open_text(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:  # type: ignore[operator]
+        yield from f
+
+
+def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
+    """Paragraphs of cleaned text from one file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"text file not found: {path}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown text kind {kind!r} (expected one of {KINDS})")
+    if kind == "auto":
+        kind = detect_kind(path)
+    if kind == "imdb":
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if member.isfile() and member.name.endswith(".txt"):
+                    data = tar.extractfile(member)
+                    if data is not None:
+                        yield data.read().decode("utf-8", "replace").replace("<br />", " ")
+        return
+    for line in _open_text(path):
+        line = line.strip()
+        if not line:
+            continue
+        if kind == "wikitext":
+            if _HEADING.match(line):
+                continue
+            line = _AT_JOIN.sub(r"\1", line).replace("<unk>", UNK_PLACEHOLDER)
+        yield line
+
+
+def tokenize(paragraphs: Iterable[str], batch_size: int = 1000) -> Iterator[List[str]]:
+    """Sentences (lists of token strings) of the paragraphs."""
+    import spacy
+    from spacy.pipeline import Sentencizer
+
+    nlp = spacy.blank("en")
+    sentencizer = Sentencizer()
+    for doc in nlp.tokenizer.pipe(paragraphs, batch_size=batch_size):
+        starts = sentencizer.predict([doc])[0]
+        sent: List[str] = []
+        for tok, start in zip(doc, starts):
+            if start and sent:
+                yield sent
+                sent = []
+            text = tok.text
+            if text.strip():
+                sent.append("<unk>" if text == UNK_PLACEHOLDER else text)
+        if sent:
+            yield sent
