@@ -1,0 +1,196 @@
+"""Pretraining: learning, exact resume, save on SIGTERM, DDP over gloo, export round trips."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from spacy_elmo import ElmoBiLM
+from spacy_elmo.pretrain.config import load_pretrain_config
+from spacy_elmo.pretrain.corpus import Corpus, build_vocab, unigram_perplexity
+from spacy_elmo.pretrain.data import prepare_corpus
+from spacy_elmo.pretrain.text import read_paragraphs, tokenize
+from spacy_elmo.pretrain.trainer import Trainer
+
+TINY = REPO / "configs" / "pretrain" / "tiny.cfg"
+
+
+@pytest.fixture(scope="module")
+def wikitext_slice(shared_dir, tmp_path_factory):
+    """The first 3,000 lines of WikiText-2 train and 400 of valid, prepared."""
+    out = tmp_path_factory.mktemp("wikitext")
+    for split, n in (("train", 3000), ("valid", 400)):
+        with gzip.open(shared_dir / "data" / "wikitext2" / f"{split}.txt.gz", "rt", encoding="utf-8") as f:
+            lines = [next(f) for _ in range(n)]
+        (out / f"wikitext_{split}.txt").write_text("".join(lines), encoding="utf-8")
+        prepare_corpus([out / f"wikitext_{split}.txt"]).save(out / f"{split}.npz")
+    return out
+
+
+def tiny_config(data: Path, **overrides):
+    base = {"paths.train": str(data / "train.npz"), "paths.dev": str(data / "valid.npz"), "training.threads": 1}
+    base.update(overrides)
+    return load_pretrain_config(TINY, base)
+
+
+@pytest.fixture(scope="module")
+def trained(wikitext_slice, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pretrained") / "run"
+    result = Trainer(tiny_config(wikitext_slice), out, log=lambda s: None).run()
+    return out, result
+
+
+def test_wikitext_cleanup(tmp_path):
+    path = tmp_path / "wikitext_sample.txt"
+    path.write_text(" = Heading = \n The 1 @,@ 000 @-@ strong <unk> army arrived . It won !\n \n", encoding="utf-8")
+    paragraphs = list(read_paragraphs(path))
+    assert len(paragraphs) == 1 and "1,000-strong" in paragraphs[0]
+    sents = list(tokenize(paragraphs))  # spaCy's tokenizer splits the hyphen again, as in use
+    assert sents == [["The", "1,000", "-", "strong", "<unk>", "army", "arrived", "."], ["It", "won", "!"]]
+
+
+def test_tiny_pretraining_beats_unigram(trained, wikitext_slice):
+    out, result = trained
+    train, dev = Corpus.load(wikitext_slice / "train.npz"), Corpus.load(wikitext_slice / "valid.npz")
+    vocab = build_vocab(train, 2000)
+    unigram = unigram_perplexity(train, dev, vocab)
+    assert result["step"] == 300
+    assert result["dev_ppl"] < 0.85 * unigram, (result["dev_ppl"], unigram)
+    bilm = ElmoBiLM.load(out)  # the output directory is a loadable model
+    assert bilm.vocab_size == 2000
+    from spacy_elmo.cli.pretrain import perplexity
+
+    from spacy_elmo.pretrain.corpus import target_map
+    from spacy_elmo.pretrain.trainer import evaluate
+
+    full_dev = perplexity(out, wikitext_slice / "valid.npz")  # all dev sentences; training used 500
+    assert full_dev < 0.85 * unigram
+    assert full_dev == pytest.approx(evaluate(bilm, dev, target_map(dev, vocab)), rel=1e-6)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("dev_ppl" in r for r in lines) and any("tokens_per_s" in r for r in lines)
+
+
+class StopAt(Trainer):
+    """Stops like a signal would, after a given step."""
+
+    stop_at = 10
+
+    def train_step(self, sentences):
+        result = super().train_step(sentences)
+        if self.step == self.stop_at:
+            self.stop_requested = True
+        return result
+
+
+def test_resume_equals_uninterrupted(wikitext_slice, tmp_path):
+    cfg = tiny_config(wikitext_slice, **{"training.max_steps": 20, "training.checkpoint_every": 1000,
+                                         "training.eval_every": 1000, "training.dropout": 0.1})
+    Trainer(cfg, tmp_path / "straight", log=lambda s: None).run()
+    first = StopAt(cfg, tmp_path / "resumed", log=lambda s: None).run()
+    assert first["stopped"] and first["step"] == 10
+    second = Trainer(cfg, tmp_path / "resumed", log=lambda s: None).run()
+    assert second["step"] == 20
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["model"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+
+
+def test_sigterm_saves_and_resumes(wikitext_slice, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(TINY), "--output", str(out),
+           "--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
+           "--training.max_steps", "100000", "--training.log_every", "2", "--training.checkpoint_every", "100000",
+           "--training.threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step 4/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "Stopped by signal" in rest
+    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert state["step"] >= 4
+    resumed = subprocess.run(cmd[:-8] + ["--training.max_steps", str(state["step"] + 2), "--training.threads", "1"],
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"Resumed from" in resumed.stdout and torch.load(out / "checkpoint.pt", weights_only=False)["step"] == state["step"] + 2
+
+
+def _ddp_worker(rank: int, world: int, cfg, out: str, init_file: str) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        trainer = Trainer(cfg, Path(out) / f"ddp{rank}", log=lambda s: None)
+        trainer.run()
+        torch.save(trainer.bilm.state_dict(), Path(out) / f"rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_distributed_gloo_matches_single_process(wikitext_slice, tmp_path):
+    cfg = tiny_config(wikitext_slice, **{"training.max_steps": 4, "training.dropout": 0.0,
+                                         "training.checkpoint_every": 1000, "training.eval_every": 1000})
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, cfg, str(tmp_path), str(tmp_path / "init")), nprocs=2)
+    single = Trainer(cfg, tmp_path / "single", log=lambda s: None)
+    single.run()
+    r0 = torch.load(tmp_path / "rank0.pt")
+    r1 = torch.load(tmp_path / "rank1.pt")
+    for name, value in single.bilm.state_dict().items():
+        torch.testing.assert_close(r0[name], r1[name], rtol=0, atol=0)
+        torch.testing.assert_close(r0[name], value, rtol=1e-4, atol=1e-4)
+
+
+def test_export_round_trips(trained, tmp_path):
+    out, _ = trained
+    bilm = ElmoBiLM.load(out)
+    sents = [["The", "river", "bank", "."], ["Naïve", "café", "😀"], []]
+    want = bilm.embed_sentences(sents)
+    from spacy_elmo.cli.pretrain import export
+
+    export(out, tmp_path / "allennlp", "allennlp")
+    loaded = ElmoBiLM.from_allennlp(tmp_path / "allennlp" / "options.json", tmp_path / "allennlp" / "weights.hdf5")
+    for a, b in zip(want, loaded.embed_sentences(sents)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    export(out, tmp_path / "half", "elmo", half=True)
+    half = ElmoBiLM.load(tmp_path / "half")
+    assert (tmp_path / "half" / "vocab.txt").exists() and half.vocab_size == bilm.vocab_size
+    for a, b in zip(want, half.embed_sentences(sents)):
+        np.testing.assert_allclose(a, b, atol=5e-2)
+
+
+def test_elmo_component_loads_pretraining_output(trained):
+    import spacy
+
+    out, _ = trained
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.config["initialize"]["components"]["elmo"] = {"loader": {"@misc": "spacy-elmo.ElmoLoader.v1", "path": str(out)}}
+    nlp.initialize()
+    assert nlp("The river bank.")._.elmo.shape == (3, 4, 64)
+
+
+def test_cli_prepare_and_bad_input(wikitext_slice, tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "spacy_elmo", *a], capture_output=True, text=True)
+    res = run("prepare", str(wikitext_slice / "wikitext_valid.txt"), "--output", str(tmp_path / "v.npz"))
+    assert res.returncode == 0 and "sentences" in res.stdout, res.stderr
+    assert Corpus.load(tmp_path / "v.npz").n_tokens > 1000
+    (tmp_path / "empty.txt").write_text("\n \n", encoding="utf-8")
+    res = run("prepare", str(tmp_path / "empty.txt"), "--output", str(tmp_path / "e.npz"))
+    assert res.returncode != 0 and "empty corpus" in res.stderr
+    res = run("pretrain", str(TINY), "--output", str(tmp_path / "x"), "--paths.train", str(tmp_path / "v.npz"),
+              "--training.flavour", "1")
+    assert res.returncode != 0 and "unknown [training] settings" in res.stderr
+    res = run("pretrain", str(TINY), "--output", str(tmp_path / "x"), "--paths.train", str(tmp_path / "missing.npz"))
+    assert res.returncode != 0 and "not found" in res.stderr
