@@ -194,3 +194,10 @@ def test_cli_prepare_and_bad_input(wikitext_slice, tmp_path):
     assert res.returncode != 0 and "unknown [training] settings" in res.stderr
     res = run("pretrain", str(TINY), "--output", str(tmp_path / "x"), "--paths.train", str(tmp_path / "missing.npz"))
     assert res.returncode != 0 and "not found" in res.stderr
+
+
+@pytest.mark.parametrize("preset,dim,proj", [("tiny", 128, 32), ("en_cpu", 512, 128), ("small", 1024, 128),
+                                              ("medium", 2048, 256), ("original", 4096, 512)])
+def test_presets_validate(preset, dim, proj):
+    cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {"paths.train": "x.npz"})
+    assert (cfg["model"]["lstm"]["dim"], cfg["model"]["lstm"]["projection_dim"]) == (dim, proj)
