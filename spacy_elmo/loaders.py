@@ -11,7 +11,7 @@ from spacy.util import registry
 from .bilm import ElmoBiLM
 
 MODELS_DIR = Path(__file__).parent / "models"
-DEFAULT_MODEL = "en_elmo_small"
+DEFAULT_MODEL = "en_elmo_cpu"
 
 LOADER_HINT = """
 [initialize.components.elmo.loader]

@@ -96,6 +96,7 @@ def write_model_files(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[st
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes files private
         os.replace(tmp, path / name)
 
 

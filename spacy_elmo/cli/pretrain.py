@@ -86,14 +86,30 @@ def pretrain_cli(
     typer.echo(f"Done at step {result['step']}; model in {output}")
 
 
+def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto") -> float:
+    """Add-one unigram perplexity of ``text`` over the model's output vocabulary, with the
+    counts of ``train`` and the same counting as ``perplexity``."""
+    from ..bilm.serialize import read_vocab
+    from ..pretrain.corpus import unigram_perplexity
+    from ..pretrain.data import load_corpus, prepare_corpus
+
+    corpus = load_corpus(text) if kind == "auto" else prepare_corpus([text], kind)
+    return unigram_perplexity(load_corpus(train), corpus, read_vocab(model_dir))
+
+
 @app.command("perplexity")
 def perplexity_cli(
     model_dir: Path = typer.Argument(..., help="pretrained model directory"),
     text: Path = typer.Argument(..., help="text file (raw, .gz) or prepared corpus (.npz)"),
     kind: str = typer.Option("auto", "--kind", help="auto, plain, wikitext or imdb"),
+    baseline_train: Optional[Path] = typer.Option(
+        None, "--baseline-train", help="also print an add-one unigram baseline counted on this training text"
+    ),
 ) -> None:
     """Held-out perplexity of a pretrained model on a text file."""
     typer.echo(f"perplexity {perplexity(model_dir, text, kind):.2f}")
+    if baseline_train is not None:
+        typer.echo(f"unigram baseline perplexity {unigram_baseline(model_dir, baseline_train, text, kind):.2f}")
 
 
 @app.command("export")
