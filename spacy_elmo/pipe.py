@@ -259,8 +259,6 @@ class Elmo(TrainablePipe):
         validate_examples(examples, "Elmo.update")
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
-        if not any(len(doc) for doc in docs):
-            return losses
         if self.frozen:
             layers = self._frozen_layers(docs)
 

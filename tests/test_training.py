@@ -198,3 +198,13 @@ def test_spacy_package(tiny_model_dir, tmp_path):
     meta = next((tmp_path / "pkg").glob("*/meta.json")).read_text()
     assert "spacy-elmo" in meta
     assert list((tmp_path / "pkg").glob("*/dist/*.tar.gz"))
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_update_with_empty_docs(tiny_model_dir, frozen):
+    nlp = nlp_from("ner.cfg", tiny_model_dir, **{"components.elmo.frozen": frozen})
+    examples = [Example(nlp.make_doc("Hello Paris"), Doc(nlp.vocab, words=["Hello", "Paris"], ents=["O", "B-LOC"]))]
+    optimizer = nlp.initialize(lambda: examples)
+    empty = [Example(nlp.make_doc(""), Doc(nlp.vocab, words=[]))]
+    assert nlp.update(empty, sgd=optimizer)["ner"] == 0.0
+    assert nlp.update(examples + empty, sgd=optimizer)["ner"] > 0.0
