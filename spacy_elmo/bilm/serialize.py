@@ -60,6 +60,7 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp"))
+    os.chmod(tmp, 0o755)  # mkdtemp makes the directory private
     try:
         config: Dict[str, Any] = model.config()
         config["format_version"] = FORMAT_VERSION
@@ -68,6 +69,8 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
         if vocab is not None:
             (tmp / VOCAB_NAME).write_text("".join(f"{w}\n" for w in vocab), encoding="utf-8")
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old{os.getpid()}"

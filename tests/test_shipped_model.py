@@ -1,0 +1,45 @@
+"""The English model shipped inside the package is the default and gives contextual vectors."""
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo.cli.demo import SENSES, sense_similarities
+from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
+
+
+@pytest.fixture(scope="module")
+def default_nlp():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.initialize()  # no loader: the shipped model
+    return nlp
+
+
+def test_shipped_model_is_small_and_complete():
+    path = MODELS_DIR / DEFAULT_MODEL
+    size = sum(f.stat().st_size for f in path.iterdir())
+    assert size < 40 * 2**20
+    assert {"config.json", "model.safetensors", "vocab.txt", "README.md"} <= {f.name for f in path.iterdir()}
+
+
+def test_default_initialize_uses_shipped_model(default_nlp):
+    doc = default_nlp("The river bank was flooded.")
+    assert doc._.elmo.shape == (3, 6, 256)
+    assert doc.tensor.shape == (6, 256)
+    assert np.isfinite(doc._.elmo).all()
+    # Contextual: the same word in two contexts gets different top-layer vectors, same layer 0.
+    other = default_nlp("The bank raised interest rates.")
+    np.testing.assert_array_equal(doc._.elmo[0, 2], other._.elmo[0, 1])
+    assert not np.allclose(doc._.elmo[2, 2], other._.elmo[2, 1], atol=1e-3)
+
+
+# The shipped checkpoint is early (2,054 steps, see its README.md): "bank" does not separate yet.
+# strict: once a better model separates it, this test fails until the mark is removed.
+NOT_YET = pytest.mark.xfail(reason="early checkpoint: bank senses not separated yet", strict=True)
+
+
+@pytest.mark.parametrize("word", [pytest.param("bank", marks=NOT_YET), "play", "bat"])
+def test_same_sense_is_closer(default_nlp, word):
+    rows = {w: (same, other) for w, same, other in sense_similarities(default_nlp)}
+    same, other = rows[word]
+    assert same > other, (word, same, other)
