@@ -204,3 +204,14 @@ def test_cli_prepare_and_bad_input(wikitext_slice, tmp_path):
 def test_presets_validate(preset, dim, proj):
     cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {"paths.train": "x.npz"})
     assert (cfg["model"]["lstm"]["dim"], cfg["model"]["lstm"]["projection_dim"]) == (dim, proj)
+
+
+def test_init_from_saved_model(trained, wikitext_slice, tmp_path):
+    out, _ = trained
+    cfg = tiny_config(wikitext_slice, **{"paths.init": str(out), "training.max_steps": 1})
+    trainer = Trainer(cfg, tmp_path / "warm", log=lambda s: None)
+    for name, value in ElmoBiLM.load(out).state_dict().items():
+        torch.testing.assert_close(trainer.bilm.state_dict()[name], value, rtol=0, atol=0)
+    bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "vocab.size": 1500})
+    with pytest.raises(ValueError, match="paths.init"):
+        Trainer(bad, tmp_path / "bad", log=lambda s: None)

@@ -1,6 +1,7 @@
 """The pretraining config: sections, defaults and validation.
 
-[paths] train, dev: prepared corpus files (``prepare``) or raw text files.
+[paths] train, dev: prepared corpus files (``prepare``) or raw text files; init (optional):
+    a model directory to start from (same shapes and vocabulary), with a fresh optimizer.
 [model]: the biLM options in the options.json form ([model.lstm], [model.char_cnn]).
 [vocab] size: output vocabulary size (top words by frequency, incl. <S>, </S>, <unk>).
 [softmax] type ("adaptive" or "full"), cutoffs, div_value: the LM output layer.

@@ -128,6 +128,8 @@ class Trainer:
         self.lengths = np.diff(self.offsets)
         torch.manual_seed(int(self.training["seed"]))
         self.bilm = ElmoBiLM(config["model"], vocab_size=len(self.vocab), softmax_options=config["softmax"])
+        if config["paths"].get("init"):
+            self._init_from(Path(config["paths"]["init"]))
         self.bilm.to(self.device)
         self.char_table = self.train.char_table(self.bilm.max_chars)
         self.loss = BiLMLoss(self.bilm, float(self.training["dropout"]))
@@ -137,6 +139,16 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]))
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
+
+    def _init_from(self, path: Path) -> None:
+        """Start from the weights of a saved model (e.g. a shipped float16 one) with a fresh
+        optimizer and schedule; its shapes and vocabulary must match this config."""
+        from ..bilm.serialize import read_vocab
+
+        init = ElmoBiLM.load(path)
+        if init.options != self.bilm.options or read_vocab(path) != self.vocab:
+            raise ValueError(f"paths.init {path}: its shapes or vocabulary differ from this config and corpus")
+        self.bilm.load_state_dict(init.state_dict())
 
     # State -----------------------------------------------------------------------
 
