@@ -9,7 +9,6 @@ With a frozen biLM the `elmo` component computes each training doc's layers once
 and reuses them (later epochs), so later ELMo epochs should cost close to a baseline epoch.
 """
 import argparse
-import gzip
 import json
 import os
 import random
@@ -33,19 +32,14 @@ SHAPES = {
 
 
 def read_conll(path: Path, limit: int) -> List[Tuple[List[str], List[str]]]:
-    sents, words, tags = [], [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("-DOCSTART-"):
-                if words:
-                    sents.append((words, tags))
-                    words, tags = [], []
-                continue
-            parts = line.split()
-            words.append(parts[0])
-            tags.append(parts[-1])
-    return sents[:limit]
+    """(words, tags) of the first sentences, read by the project's converter."""
+    import importlib.util
+    import itertools
+
+    spec = importlib.util.spec_from_file_location("_bench_convert_ner", REPO / "scripts" / "convert_ner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return [(s.words, s.tags) for s in itertools.islice(module.read_iob(path), limit)]
 
 
 def epoch_times(cfg: str, sents, epochs: int, overrides) -> List[float]:

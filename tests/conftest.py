@@ -72,23 +72,12 @@ def elmo_nlp(tiny_dir):
 
 
 def read_conll(path: Path, limit: int):
-    """(words, IOB2 tags) of the first ``limit`` sentences of a CoNLL-2003 file (.gz)."""
-    import gzip
+    """(words, IOB2 tags) of the first ``limit`` sentences of a CoNLL-2003 file, read by
+    the project's converter (scripts/convert_ner.py)."""
+    import importlib.util
+    import itertools
 
-    sents, words, tags = [], [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("-DOCSTART-"):
-                if words:
-                    sents.append((words, tags))
-                    words, tags = [], []
-                    if len(sents) >= limit:
-                        break
-                continue
-            parts = line.split()
-            words.append(parts[0])
-            tags.append(parts[-1])
-    if words and len(sents) < limit:
-        sents.append((words, tags))
-    return sents
+    spec = importlib.util.spec_from_file_location("_conftest_convert_ner", REPO / "scripts" / "convert_ner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [(s.words, s.tags) for s in itertools.islice(module.read_iob(path), limit)]
