@@ -137,6 +137,10 @@ class Trainer:
         if self.world > 1:
             self.module = nn.parallel.DistributedDataParallel(self.loss, find_unused_parameters=True)
         self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]))
+        # fp16 autocast needs loss scaling (gradients underflow otherwise); a no-op elsewhere.
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=self.training["amp"] == "fp16" and self.device.type == "cuda"
+        )
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
 
@@ -156,6 +160,7 @@ class Trainer:
         return {
             "model": self.bilm.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "step": self.step, "epoch": self.epoch, "batch_index": self.batch_index,
             "tokens_seen": self.tokens_seen,
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
@@ -174,6 +179,8 @@ class Trainer:
                              "use another --output or delete the checkpoint")
         self.bilm.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.batch_index = state["step"], state["epoch"], state["batch_index"]
         self.tokens_seen = state["tokens_seen"]
         random.setstate(state["rng"]["python"])
@@ -229,9 +236,11 @@ class Trainer:
             nll_f, nll_b = self.module(batch)
         total = nll_f + nll_b
         # DDP averages gradients over ranks: scale so the result is the global-batch mean.
-        (total * (self.world / n_global)).backward()
+        self.scaler.scale(total * (self.world / n_global)).backward()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradient
         torch.nn.utils.clip_grad_norm_(self.bilm.parameters(), float(self.training["grad_clip"]))
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # skipped when an fp16 gradient overflowed
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return float(total.detach()), n_global
