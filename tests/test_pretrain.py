@@ -196,7 +196,9 @@ def test_cli_prepare_and_bad_input(wikitext_slice, tmp_path):
               "--training.flavour", "1")
     assert res.returncode != 0 and "unknown [training] settings" in res.stderr
     res = run("pretrain", str(TINY), "--output", str(tmp_path / "x"), "--paths.train", str(tmp_path / "missing.npz"))
-    assert res.returncode != 0 and "not found" in res.stderr
+    assert res.returncode == 1 and "Error: prepared corpus not found" in res.stderr and "Traceback" not in res.stderr
+    res = run("export", str(tmp_path / "nomodel"), str(tmp_path / "out"), "--format", "allennlp")
+    assert res.returncode == 1 and "not an ELMo model directory" in res.stderr
 
 
 @pytest.mark.parametrize("preset,dim,proj", [("tiny", 128, 32), ("en_cpu", 512, 128), ("small", 1024, 128),

@@ -1,10 +1,29 @@
 """Pretraining commands: ``prepare``, ``pretrain``, ``perplexity`` and ``export``."""
+import functools
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 import typer
 
 from ._app import app
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _clear_errors(command: F) -> F:
+    """Bad input (a missing file, an empty corpus, an unknown config value) ends the
+    command with its one-line message and exit status 1 instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (ValueError, OSError, KeyError) as err:
+            message = err.args[0] if isinstance(err, KeyError) and err.args else err
+            typer.echo(f"Error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def prepare(texts: List[Path], output: Path, kind: str = "auto") -> Dict[str, int]:
@@ -63,6 +82,7 @@ def export(model_dir: Path, out_dir: Path, fmt: str = "allennlp", half: bool = F
 
 
 @app.command("prepare")
+@_clear_errors
 def prepare_cli(
     texts: List[Path] = typer.Argument(..., help="raw text files (.txt, .gz, or an aclImdb .tar.gz)"),
     output: Path = typer.Option(..., "--output", "-o", help="prepared corpus file (.npz)"),
@@ -74,6 +94,7 @@ def prepare_cli(
 
 
 @app.command("pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@_clear_errors
 def pretrain_cli(
     ctx: typer.Context,
     config_path: Path = typer.Argument(..., help="pretraining config (e.g. configs/pretrain/tiny.cfg)"),
@@ -98,6 +119,7 @@ def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto
 
 
 @app.command("perplexity")
+@_clear_errors
 def perplexity_cli(
     model_dir: Path = typer.Argument(..., help="pretrained model directory"),
     text: Path = typer.Argument(..., help="text file (raw, .gz) or prepared corpus (.npz)"),
@@ -113,6 +135,7 @@ def perplexity_cli(
 
 
 @app.command("export")
+@_clear_errors
 def export_cli(
     model_dir: Path = typer.Argument(..., help="model directory in the own format"),
     out_dir: Path = typer.Argument(..., help="output directory"),
