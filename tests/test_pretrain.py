@@ -217,3 +217,43 @@ def test_init_from_saved_model(trained, wikitext_slice, tmp_path):
     bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "vocab.size": 1500})
     with pytest.raises(ValueError, match="paths.init"):
         Trainer(bad, tmp_path / "bad", log=lambda s: None)
+
+
+def test_torchrun_cli_matches_single_process(wikitext_slice, tmp_path):
+    """The documented multi-process entry point: torchrun + the pretrain command (gloo on CPU)."""
+    steps = 3
+    overrides = ["--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
+                 "--training.max_steps", str(steps), "--training.log_every", "1", "--training.threads", "1",
+                 "--training.dropout", "0.0"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "spacy_elmo", "pretrain", str(TINY), "--output", str(tmp_path / "ddp"), *overrides]
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count(f"Done at step {steps}") == 1  # rank 0 only
+    cfg = tiny_config(wikitext_slice, **{"paths.dev": None, "training.max_steps": steps, "training.dropout": 0.0})
+    single = Trainer(cfg, tmp_path / "single", log=lambda s: None)
+    single.run()
+    ddp = torch.load(tmp_path / "ddp" / "checkpoint.pt", weights_only=False)
+    assert ddp["step"] == steps
+    for name, value in single.bilm.state_dict().items():
+        torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_torchrun_sigterm_stops_all_ranks_at_one_step(wikitext_slice, tmp_path):
+    """SIGTERM to torchrun reaches every rank; they agree on the step, rank 0 saves."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "spacy_elmo", "pretrain", str(TINY), "--output", str(out),
+           "--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
+           "--training.max_steps", "100000", "--training.log_every", "1", "--training.threads", "1",
+           "--training.checkpoint_every", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for line in proc.stdout:
+        if line.startswith("step 3/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    assert rest.count("Stopped by signal") == 1
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] >= 3

@@ -1,5 +1,6 @@
 """Pretraining commands: ``prepare``, ``pretrain``, ``perplexity`` and ``export``."""
 import functools
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
@@ -104,7 +105,8 @@ def pretrain_cli(
     from spacy.cli._util import parse_config_overrides
 
     result = pretrain(config_path, output, parse_config_overrides(ctx.args))
-    typer.echo(f"Done at step {result['step']}; model in {output}")
+    if int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(f"Done at step {result['step']}; model in {output}")
 
 
 def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto") -> float:

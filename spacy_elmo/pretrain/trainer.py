@@ -204,6 +204,23 @@ class Trainer:
             with (self.output_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
+    def _sum_over_ranks(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(total)
+        return float(total.item())
+
+    def _should_stop(self) -> bool:
+        """True once any rank got SIGINT/SIGTERM; all ranks agree, so that none is left
+        waiting alone in a collective."""
+        if self.world == 1:
+            return self.stop_requested
+        flag = torch.tensor([float(self.stop_requested)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        self.stop_requested = bool(flag.item())
+        return self.stop_requested
+
     # Loop ------------------------------------------------------------------------
 
     def _install_signals(self) -> None:
@@ -253,17 +270,17 @@ class Trainer:
         window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
         run_start, start_step = time.perf_counter(), self.step
         dev_ppl = None
-        while self.step < max_steps and not self.stop_requested:
+        while self.step < max_steps and not self._should_stop():
             sentences = self._next_batch()
             nll, n_global = self.train_step(sentences)
             n_tokens = int(self.lengths[sentences].sum())
             self.tokens_seen += n_tokens
-            window_loss, window_count, window_tokens = window_loss + nll, window_count + n_global // self.world, window_tokens + n_tokens
+            window_loss, window_count, window_tokens = window_loss + nll, window_count + n_global, window_tokens + n_tokens
             if self.step % int(self.training["log_every"]) == 0 or self.step == max_steps:
                 elapsed = time.perf_counter() - t0
                 rate = window_tokens / max(elapsed, 1e-9)
                 per_step = (time.perf_counter() - run_start) / max(1, self.step - start_step)
-                loss = window_loss / max(1, window_count)
+                loss = self._sum_over_ranks(window_loss) / max(1, window_count)  # the global batches' mean
                 record = {"step": self.step, "tokens_seen": self.tokens_seen, "loss": loss,
                           "ppl": math.exp(min(loss, 50.0)), "tokens_per_s": rate, "lr": learning_rate(self.step - 1, self.training)}
                 self._metrics(record)
@@ -280,6 +297,6 @@ class Trainer:
             if self.step % int(self.training["checkpoint_every"]) == 0:
                 self.save()
         self.save()
-        if self.stop_requested:
+        if self.stop_requested and self.rank == 0:
             self.log(f"Stopped by signal at step {self.step}; checkpoint saved, run again to resume.")
         return {"step": self.step, "dev_ppl": dev_ppl, "tokens_seen": self.tokens_seen, "stopped": self.stop_requested}
