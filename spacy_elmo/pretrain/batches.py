@@ -40,7 +40,7 @@ def make_batch(
     token_pos = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(sentences) else np.zeros(0, np.int64)
     type_ids = corpus.ids[token_pos]
     tok_targets = targets[type_ids]
-    base = np.concatenate([[0], np.cumsum(lengths + 2)[:-1]])  # row of each sentence's <S>
+    base = np.cumsum(lengths + 2) - (lengths + 2)  # row of each sentence's <S> (none for no sentences)
     sent_of_tok = np.repeat(np.arange(len(lengths)), lengths)
     pos_in_sent = np.arange(len(token_pos)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     tok_rows = base[sent_of_tok] + 1 + pos_in_sent  # row of each token
