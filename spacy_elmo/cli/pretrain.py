@@ -45,7 +45,7 @@ def pretrain(config_path: Path, output: Path, overrides: Optional[Dict[str, Any]
     from ..pretrain.trainer import Trainer
 
     config = load_pretrain_config(config_path, overrides)
-    with distributed_from_env():
+    with distributed_from_env(cuda=config["training"]["device"] != "cpu"):
         return Trainer(config, output).run()
 
 

@@ -7,14 +7,19 @@ import torch
 
 
 @contextlib.contextmanager
-def distributed_from_env() -> Iterator[None]:
-    """Inside torchrun (WORLD_SIZE > 1) join the process group (nccl on GPUs, else gloo)."""
+def distributed_from_env(cuda: bool = True) -> Iterator[None]:
+    """Inside torchrun (WORLD_SIZE > 1) join the process group: nccl when ``cuda`` and a GPU
+    is present (training.device "auto" or "cuda"), else gloo."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 or torch.distributed.is_initialized():
         yield
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    torch.distributed.init_process_group(backend)
+    if cuda and torch.cuda.is_available():
+        # one GPU per process, chosen before NCCL starts (else every rank would use GPU 0)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group("nccl")
+    else:
+        torch.distributed.init_process_group("gloo")
     try:
         yield
     finally:

@@ -119,7 +119,12 @@ class Trainer:
         device = self.training["device"]
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device, self.rank % max(1, torch.cuda.device_count())) if device == "cuda" else torch.device("cpu")
+        if device == "cuda":  # torchrun's LOCAL_RANK: this process's GPU on its machine
+            local_rank = int(os.environ.get("LOCAL_RANK", self.rank % max(1, torch.cuda.device_count())))
+            self.device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
         self.train = load_corpus(Path(config["paths"]["train"]))
         self.dev = load_corpus(Path(config["paths"]["dev"])) if config["paths"].get("dev") else None
         self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
