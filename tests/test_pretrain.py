@@ -57,6 +57,26 @@ def test_wikitext_cleanup(tmp_path):
     assert sents == [["The", "1,000", "-", "strong", "<unk>", "army", "arrived", "."], ["It", "won", "!"]]
 
 
+def test_imdb_archive_reading(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "aclImdb_unsup.tar.gz"
+    members = {"aclImdb/train/unsup/7_0.txt": "Great film.<br /><br />I loved it!",
+               "aclImdb/train/pos/3_9.txt": "A fine cast.",
+               "aclImdb/train/urls_unsup.txt": "http://www.imdb.com/title/tt0018515/usercomments\n",
+               "aclImdb/README": "not a review"}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    paragraphs = list(read_paragraphs(path))  # auto: a .tar.gz is the aclImdb layout
+    assert paragraphs == ["Great film.  I loved it!", "A fine cast."]
+    assert list(tokenize(paragraphs)) == [["Great", "film", "."], ["I", "loved", "it", "!"], ["A", "fine", "cast", "."]]
+
+
 def test_tiny_pretraining_beats_unigram(trained, wikitext_slice):
     out, result = trained
     train, dev = Corpus.load(wikitext_slice / "train.npz"), Corpus.load(wikitext_slice / "valid.npz")

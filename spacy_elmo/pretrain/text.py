@@ -6,7 +6,9 @@ whitespace tokens are dropped. Source quirks:
 
 - "wikitext": the tokenised WikiText release: `` = Heading = `` lines are dropped,
   ``@-@``, ``@,@``, ``@.@`` are joined with their neighbours and ``<unk>`` stays one token.
-- "imdb": a .tar.gz of review files (aclImdb layout); ``<br />`` becomes a space.
+- "imdb": a .tar.gz of review files (aclImdb layout: ``pos/``, ``neg/`` or ``unsup/`` then
+  ``<id>_<rating>.txt``; other members such as ``urls_unsup.txt`` are skipped);
+  ``<br />`` becomes a space.
 - "plain": one sentence or paragraph per line (.txt or .gz).
 """
 import gzip
@@ -19,6 +21,7 @@ KINDS = ("auto", "plain", "wikitext", "imdb")
 _AT_JOIN = re.compile(r" @([-,.])@ ")
 _HEADING = re.compile(r"^\s*=+ .* =+\s*$")
 UNK_PLACEHOLDER = "UNKPLACEHOLDERXQ"
+_IMDB_REVIEW = re.compile(r"(^|/)(pos|neg|unsup)/\d+_\d+\.txt$")
 
 
 def detect_kind(path: Path) -> str:
@@ -48,7 +51,7 @@ def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
     if kind == "imdb":
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
-                if member.isfile() and member.name.endswith(".txt"):
+                if member.isfile() and _IMDB_REVIEW.search(member.name):
                     data = tar.extractfile(member)
                     if data is not None:
                         yield data.read().decode("utf-8", "replace").replace("<br />", " ")
