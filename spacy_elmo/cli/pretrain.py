@@ -129,8 +129,13 @@ def perplexity_cli(
     baseline_train: Optional[Path] = typer.Option(
         None, "--baseline-train", help="also print an add-one unigram baseline counted on this training text"
     ),
+    threads: int = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)"),
 ) -> None:
     """Held-out perplexity of a pretrained model on a text file."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
     typer.echo(f"perplexity {perplexity(model_dir, text, kind):.2f}")
     if baseline_train is not None:
         typer.echo(f"unigram baseline perplexity {unigram_baseline(model_dir, baseline_train, text, kind):.2f}")
