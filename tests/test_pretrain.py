@@ -116,7 +116,9 @@ class StopAt(Trainer):
 def test_resume_equals_uninterrupted(wikitext_slice, tmp_path):
     cfg = tiny_config(wikitext_slice, **{"training.max_steps": 20, "training.checkpoint_every": 1000,
                                          "training.eval_every": 1000, "training.dropout": 0.1})
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     Trainer(cfg, tmp_path / "straight", log=lambda s: None).run()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handlers restored
     first = StopAt(cfg, tmp_path / "resumed", log=lambda s: None).run()
     assert first["stopped"] and first["step"] == 10
     second = Trainer(cfg, tmp_path / "resumed", log=lambda s: None).run()

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -228,12 +229,23 @@ class Trainer:
 
     # Loop ------------------------------------------------------------------------
 
-    def _install_signals(self) -> None:
+    def _install_signals(self) -> Dict[int, Any]:
+        """SIGINT/SIGTERM: finish the step, save, stop. A second one acts as it would
+        have without the trainer (e.g. Ctrl-C twice quits at once). Returns the
+        previous handlers (none outside the main thread, where Python allows no handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
         def handler(signum: int, frame: Any) -> None:
+            if self.stop_requested:
+                signal.signal(signum, previous[signum])
+                signal.raise_signal(signum)
             self.stop_requested = True
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in previous:
             signal.signal(sig, handler)
+        return previous
 
     def _next_batch(self) -> np.ndarray:
         while True:
@@ -268,8 +280,16 @@ class Trainer:
         return float(total.detach()), n_global
 
     def run(self) -> Dict[str, Any]:
+        """Resume if there is a checkpoint, train to max_steps (or a signal), save."""
         self.resume()
-        self._install_signals()
+        previous = self._install_signals()
+        try:
+            return self._train()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _train(self) -> Dict[str, Any]:
         max_steps = int(self.training["max_steps"])
         dev_targets = target_map(self.dev, self.vocab) if self.dev is not None else None
         window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
