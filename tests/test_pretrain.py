@@ -288,3 +288,28 @@ def test_torchrun_sigterm_stops_all_ranks_at_one_step(wikitext_slice, tmp_path):
     rest, _ = proc.communicate(timeout=120)
     assert rest.count("Stopped by signal") == 1
     assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] >= 3
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_amp_training_steps(wikitext_slice, tmp_path, amp):
+    """The autocast path (as on GPUs; CPU autocast here) trains, with the softmax in float32
+    and, for fp16, a loss scale that is saved and resumed."""
+    cfg = tiny_config(wikitext_slice, **{"paths.dev": None, "training.max_steps": 3, "training.amp": amp})
+    trainer = Trainer(cfg, tmp_path / amp, log=lambda s: None)
+    trainer.run()
+    assert trainer.step == 3
+    assert all(torch.isfinite(p).all() for p in trainer.bilm.parameters())
+    state = torch.load(tmp_path / amp / "checkpoint.pt", weights_only=False)
+    assert bool(state["scaler"]) == (amp == "fp16")
+    batch = trainer._next_batch()
+    with torch.no_grad():
+        ref = trainer.loss.eval()(_batch(trainer, batch))
+        with torch.autocast("cpu", dtype=torch.bfloat16 if amp == "bf16" else torch.float16):
+            low = trainer.loss(_batch(trainer, batch))
+    assert float(sum(low)) == pytest.approx(float(sum(ref)), rel=1e-2)
+
+
+def _batch(trainer, sentences):
+    from spacy_elmo.pretrain.batches import make_batch
+
+    return make_batch(trainer.train, trainer.offsets, sentences, trainer.char_table, trainer.train_targets)

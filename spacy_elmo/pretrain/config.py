@@ -29,7 +29,7 @@ TRAINING_DEFAULTS: Dict[str, Any] = {
     "log_every": 50,  # steps between progress lines
     "threads": 0,  # torch CPU threads (0 = torch's default)
     "device": "auto",  # "auto", "cpu" or "cuda"
-    "amp": "none",  # "none", "bf16" or "fp16" autocast on CUDA
+    "amp": "none",  # "none", "bf16" or "fp16" autocast (fp16 with loss scaling); the softmax stays float32
 }
 AMP_MODES = ("none", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")

@@ -47,7 +47,9 @@ class BiLMLoss(nn.Module):
         h_bwd = F.dropout(top[batch.bwd_rows, P:], self.dropout, self.training)
         softmax = self.bilm.softmax
         assert softmax is not None
-        return softmax.nll(h_fwd, batch.fwd_targets), softmax.nll(h_bwd, batch.bwd_targets)
+        # The softmax in float32 also under amp (AdaptiveLogSoftmaxWithLoss mixes dtypes there).
+        with torch.autocast(top.device.type, enabled=False):
+            return softmax.nll(h_fwd.float(), batch.fwd_targets), softmax.nll(h_bwd.float(), batch.bwd_targets)
 
 
 def learning_rate(step: int, training: Dict[str, Any]) -> float:
@@ -144,9 +146,7 @@ class Trainer:
             self.module = nn.parallel.DistributedDataParallel(self.loss, find_unused_parameters=True)
         self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]))
         # fp16 autocast needs loss scaling (gradients underflow otherwise); a no-op elsewhere.
-        self.scaler = torch.amp.GradScaler(
-            "cuda", enabled=self.training["amp"] == "fp16" and self.device.type == "cuda"
-        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.training["amp"] == "fp16")
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
 
@@ -266,7 +266,7 @@ class Trainer:
         self.module.train()
         amp = self.training["amp"]
         with torch.autocast(self.device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
-                            enabled=amp != "none" and self.device.type == "cuda"):
+                            enabled=amp != "none"):
             nll_f, nll_b = self.module(batch)
         total = nll_f + nll_b
         # DDP averages gradients over ranks: scale so the result is the global-batch mean.
