@@ -163,6 +163,20 @@ def test_own_format_round_trip(tiny_bilm: ElmoBiLM, tmp_path: Path, sentences) -
         np.testing.assert_allclose(a, b, atol=0.1)
 
 
+def test_save_over_a_model_keeps_its_card(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
+    """Saving over a model directory replaces the model files and keeps the rest (a model
+    card); a vocab.txt the new model does not have is not left behind."""
+    target = tmp_path / "model"
+    tiny_bilm.save(target, half=True)
+    (target / "README.md").write_text("# card\n", encoding="utf-8")
+    (target / "vocab.txt").write_text("stale\n", encoding="utf-8")
+    tiny_bilm.save(target)
+    assert (target / "README.md").read_text(encoding="utf-8") == "# card\n"
+    assert not (target / "vocab.txt").exists()
+    assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["model"]
+
+
 def test_allennlp_round_trip(tiny_bilm: ElmoBiLM, tmp_path: Path, tiny_dir: Path) -> None:
     tiny_bilm.to_allennlp(tmp_path)
     with h5py.File(tmp_path / "weights.hdf5", "r") as new, h5py.File(tiny_dir / "weights.hdf5", "r") as old:

@@ -218,7 +218,8 @@ class ElmoBiLM(nn.Module):
 
     def save(self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
         """Write the project's own format: ``config.json``, ``model.safetensors``
-        and (with a softmax) ``vocab.txt``. The directory is replaced atomically."""
+        and (with a softmax) ``vocab.txt``. The directory is replaced atomically; its other
+        files (e.g. a model card README.md) are kept."""
         from .serialize import save_elmo
 
         save_elmo(self, Path(path), vocab=vocab, half=half)

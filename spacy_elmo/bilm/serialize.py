@@ -21,6 +21,7 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 VOCAB_NAME = "vocab.txt"
+MODEL_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
 
 
 def state_to_bytes(model: "ElmoBiLM", half: bool = False) -> bytes:
@@ -71,6 +72,10 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
+        if path.is_dir():  # keep what else the directory holds (a model card), not stale model files
+            for f in path.iterdir():
+                if f.name not in MODEL_FILES and not f.name.startswith("."):
+                    (shutil.copytree if f.is_dir() else shutil.copy2)(f, tmp / f.name)
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old{os.getpid()}"
