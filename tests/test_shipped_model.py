@@ -33,9 +33,9 @@ def test_default_initialize_uses_shipped_model(default_nlp):
     assert not np.allclose(doc._.elmo[2, 2], other._.elmo[2, 1], atol=1e-3)
 
 
-# The shipped checkpoint is early (2,054 steps, see its README.md): "bank" does not separate yet.
+# The shipped model is small (see its README.md): "bank" (river vs finance) does not separate.
 # strict: once a better model separates it, this test fails until the mark is removed.
-NOT_YET = pytest.mark.xfail(reason="early checkpoint: bank senses not separated yet", strict=True)
+NOT_YET = pytest.mark.xfail(reason="small shipped model: bank senses not separated", strict=True)
 
 
 @pytest.mark.parametrize("word", [pytest.param("bank", marks=NOT_YET), "play", "bat"])
