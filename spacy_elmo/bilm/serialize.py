@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 
@@ -55,6 +55,18 @@ def load_checked_state(model: "ElmoBiLM", state: Dict[str, torch.Tensor], source
     model.load_state_dict({k: v.float() for k, v in state.items()})
 
 
+def model_file_bytes(model: "ElmoBiLM", vocab: Optional[Sequence[str]], half: bool) -> List[Tuple[str, bytes]]:
+    """The model files' names and contents, config.json last."""
+    config: Dict[str, Any] = model.config()
+    config["format_version"] = FORMAT_VERSION
+    config["dtype"] = "float16" if half else "float32"
+    files = [(WEIGHTS_NAME, state_to_bytes(model, half))]
+    if vocab is not None:
+        files.append((VOCAB_NAME, "".join(f"{w}\n" for w in vocab).encode("utf-8")))
+    files.append((CONFIG_NAME, json.dumps(config, indent=2).encode("utf-8")))
+    return files
+
+
 def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
     if model.vocab_size and vocab is not None and len(vocab) != model.vocab_size:
         raise ValueError(f"vocab has {len(vocab)} words but the softmax has {model.vocab_size}")
@@ -63,15 +75,9 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp"))
     os.chmod(tmp, 0o755)  # mkdtemp makes the directory private
     try:
-        config: Dict[str, Any] = model.config()
-        config["format_version"] = FORMAT_VERSION
-        config["dtype"] = "float16" if half else "float32"
-        (tmp / WEIGHTS_NAME).write_bytes(state_to_bytes(model, half))
-        if vocab is not None:
-            (tmp / VOCAB_NAME).write_text("".join(f"{w}\n" for w in vocab), encoding="utf-8")
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
-        for f in tmp.iterdir():
-            os.chmod(f, 0o644)
+        for name, data in model_file_bytes(model, vocab, half):
+            (tmp / name).write_bytes(data)
+            os.chmod(tmp / name, 0o644)
         if path.is_dir():  # keep what else the directory holds (a model card), not stale model files
             for f in path.iterdir():
                 if f.name not in MODEL_FILES and not f.name.startswith("."):
@@ -93,14 +99,7 @@ def write_model_files(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[st
     e.g. checkpoints), each file atomically; config.json last."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    config: Dict[str, Any] = model.config()
-    config["format_version"] = FORMAT_VERSION
-    config["dtype"] = "float16" if half else "float32"
-    files = [(WEIGHTS_NAME, state_to_bytes(model, half))]
-    if vocab is not None:
-        files.append((VOCAB_NAME, "".join(f"{w}\n" for w in vocab).encode("utf-8")))
-    files.append((CONFIG_NAME, json.dumps(config, indent=2).encode("utf-8")))
-    for name, data in files:
+    for name, data in model_file_bytes(model, vocab, half):
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
