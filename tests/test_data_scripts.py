@@ -191,3 +191,29 @@ def test_plot_layer_weights(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = report.render_weights_table(entries)
     assert "| NER (CoNLL-2003) | `ner` | ner | 0.200 | 0.500 | 0.300 | 1.400 |" in table
+
+
+def test_read_pos(tmp_path):
+    path = tmp_path / "tiny.txt"
+    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n", encoding="utf-8")
+    probe_pos = _load("probe_pos")
+    assert probe_pos.read_pos(path) == [(["EU", "rejects"], ["NNP", "VBZ"]), (["Peter"], ["NNP"])]
+    path.write_text("EU NNP\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="expected 'token POS chunk NER'"):
+        probe_pos.read_pos(path)
+
+
+def test_pos_probe_on_shipped_model(conll_dev):
+    """The linear POS probe of the shipped biLM: its LSTM layers beat the most-frequent-tag
+    baseline and the context-free char-CNN layer (dev sentences, trained on 500 of them)."""
+    import subprocess
+
+    train = conll_dev.parent / "train.txt.gz"
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS / "probe_pos.py"), str(train), str(conll_dev), "--max-train", "500",
+         "--epochs", "3"], check=True, capture_output=True, text=True,
+    ).stdout
+    acc = {line[:22].strip(): float(line[22:].strip().rstrip("%")) for line in out.splitlines() if line.endswith("%")}
+    assert set(acc) == {"most frequent tag", "layer 0 (char CNN)", "layer 1 (LSTM 1)", "layer 2 (LSTM 2)", "mean of layers"}
+    assert acc["layer 1 (LSTM 1)"] > acc["most frequent tag"] + 3, acc
+    assert acc["layer 1 (LSTM 1)"] > acc["layer 0 (char CNN)"] + 2, acc
