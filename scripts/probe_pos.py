@@ -19,6 +19,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from convert_ner import _split_fields, open_text  # noqa: E402
+from report import LAYER_NAMES  # noqa: E402
 
 Sentences = List[Tuple[List[str], List[str]]]
 
@@ -47,12 +48,12 @@ def read_pos(path: Path, limit: int = 0) -> Sentences:
     return sentences[:limit] if limit else sentences
 
 
-def embed(bilm, sentences: Sentences, batch_size: int = 64) -> np.ndarray:
-    """(3, n_tokens, width) float32: every token's layers, sentence after sentence."""
-    out = []
-    for i in range(0, len(sentences), batch_size):
-        out.extend(bilm.embed_sentences([words for words, _ in sentences[i : i + batch_size]]))
-    return np.concatenate(out, axis=1)
+def layer_views(bilm, sentences: Sentences) -> Dict[str, np.ndarray]:
+    """The probed features of every token, sentence after sentence: each layer and their mean."""
+    layers = np.concatenate(bilm.embed_sentences([words for words, _ in sentences]), axis=1)
+    views = {name: layers[i] for i, name in enumerate(LAYER_NAMES)}
+    views["mean of layers"] = layers.mean(axis=0)
+    return views
 
 
 def train_probe(X: np.ndarray, y: np.ndarray, n_classes: int, epochs: int, seed: int) -> torch.nn.Linear:
@@ -101,15 +102,11 @@ def main(
     y_dev = np.array([index.get(t, -1) for t in dev_tags], dtype=np.int64)  # unseen tag: always wrong
 
     model_dir = weights or MODELS_DIR / DEFAULT_MODEL
-    bilm = ElmoBiLM.load(model_dir).eval()
+    bilm = ElmoBiLM.load(model_dir)
     start = time.perf_counter()
-    X_train, X_dev = embed(bilm, train), embed(bilm, dev)
-    typer.echo(f"{model_dir.name}: embedded {X_train.shape[1]:,} train and {X_dev.shape[1]:,} dev tokens "
+    views, dev_views = layer_views(bilm, train), layer_views(bilm, dev)
+    typer.echo(f"{model_dir.name}: embedded {len(y_train):,} train and {len(y_dev):,} dev tokens "
                f"in {time.perf_counter() - start:.0f} s; {len(tagset)} tags")
-    views = {"layer 0 (char CNN)": X_train[0], "layer 1 (LSTM 1)": X_train[1], "layer 2 (LSTM 2)": X_train[2],
-             "mean of layers": X_train.mean(axis=0)}
-    dev_views = {"layer 0 (char CNN)": X_dev[0], "layer 1 (LSTM 1)": X_dev[1], "layer 2 (LSTM 2)": X_dev[2],
-                 "mean of layers": X_dev.mean(axis=0)}
     lines = [f"{'features':<22}{'dev accuracy':>14}", f"{'most frequent tag':<22}{100 * most_frequent_tag(train, dev):>13.2f}%"]
     typer.echo("\n".join(lines))
     for name, X in views.items():
