@@ -217,3 +217,62 @@ def test_pos_probe_on_shipped_model(conll_dev):
     assert set(acc) == {"most frequent tag", "layer 0 (char CNN)", "layer 1 (LSTM 1)", "layer 2 (LSTM 2)", "mean of layers"}
     assert acc["layer 1 (LSTM 1)"] > acc["most frequent tag"] + 3, acc
     assert acc["layer 1 (LSTM 1)"] > acc["layer 0 (char CNN)"] + 2, acc
+
+
+NAF = """<?xml version='1.0' encoding='UTF-8'?>
+<NAF><text>
+<wf id="w0" sent="1">We</wf><wf id="w1" sent="1">walked_along</wf><wf id="w2" sent="1">the</wf>
+<wf id="w3" sent="1">bank</wf><wf id="w4" sent="2">Good</wf><wf id="w5" sent="2">news</wf>
+</text><terms>
+<term id="t0" lemma="We"><span><target id="w0"/></span></term>
+<term id="t1" lemma="walk_along"><span><target id="w1"/></span><externalReferences>
+<externalRef resource="WordNet-eng30" reftype="synset" reference="eng30-01912893-v"/></externalReferences></term>
+<term id="t3" lemma="Bank"><span><target id="w3"/></span><externalReferences>
+<externalRef resource="WordNet-eng171" reftype="synset" reference="eng171-09091234-n"/>
+<externalRef resource="WordNet-eng30" reftype="synset" reference="eng30-09213565-n"/></externalReferences></term>
+<term id="t4" lemma="good"><span><target id="w4"/></span><externalReferences>
+<externalRef resource="WordNet-eng30" reftype="synset" reference="eng30-01123148-s"/></externalReferences></term>
+</terms></NAF>"""
+
+
+def test_parse_naf_and_archive(tmp_path):
+    """NAF sense annotations: multiword tokens split, WordNet 3.0 synsets only, satellites are adjectives."""
+    import io
+    import tarfile
+
+    probe_wsd = _load("probe_wsd")
+    first, second = probe_wsd.parse_naf(io.BytesIO(NAF.encode()))
+    assert first.words == ["We", "walked", "along", "the", "bank"]
+    assert [(i.positions, i.lemma, i.synsets) for i in first.instances] == [
+        ([1, 2], ("walk_along", "v"), {"eng30-01912893-v"}), ([4], ("bank", "n"), {"eng30-09213565-n"})]
+    assert second.words == ["Good", "news"] and second.instances[0].lemma == ("good", "a")
+    archive = tmp_path / "wsd.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in [("wsd_corpora/semcor3.0/brown1/a.naf", NAF), ("wsd_corpora/senseval2/d00.naf", "<NAF><text")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    assert len(probe_wsd.read_archive(archive, "brown1")) == 2
+    with pytest.raises(ValueError, match="no sense-annotated words under 'brown2'"):
+        probe_wsd.read_archive(archive, "brown2")
+    with pytest.raises(ValueError, match="d00.naf: not valid NAF XML"):
+        probe_wsd.read_archive(archive, "senseval2")
+
+
+def test_wsd_probe_on_shipped_model(shared_dir):
+    """Nearest-sense WSD (senses from SemCor's brown2 part, scored on Senseval-2): the LSTM
+    layers know far more about a word's sense than the context-free char-CNN layer."""
+    import subprocess
+
+    archive = shared_dir / "data" / "semcor" / "wsd_corpora_semcor3.0_and_allwords_eval.naf.tar.gz"
+    if not archive.exists():
+        pytest.skip(f"{archive} not found")
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS / "probe_wsd.py"), str(archive), "--train-part", "brown2"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    acc = {line[:30].strip(): float(line[30:].strip().rstrip("%")) for line in out.splitlines() if line.endswith("%")}
+    assert set(acc) == {"most frequent sense", "layer 0 (char CNN)", "layer 1 (LSTM 1)", "layer 2 (LSTM 2)", "mean of layers"}
+    assert "2,225 senseval2 sense-annotated words" in out
+    assert acc["layer 2 (LSTM 2)"] > acc["layer 0 (char CNN)"] + 5, acc
+    assert acc["layer 1 (LSTM 1)"] > acc["layer 0 (char CNN)"] + 5, acc
