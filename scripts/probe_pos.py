@@ -48,12 +48,16 @@ def read_pos(path: Path, limit: int = 0) -> Sentences:
     return sentences[:limit] if limit else sentences
 
 
-def layer_views(bilm, sentences: Sentences) -> Dict[str, np.ndarray]:
-    """The probed features of every token, sentence after sentence: each layer and their mean."""
-    layers = np.concatenate(bilm.embed_sentences([words for words, _ in sentences]), axis=1)
+def views_of(layers: np.ndarray) -> Dict[str, np.ndarray]:
+    """The probed features of (n_layers, ..., dim) ELMo layers: each layer and their mean."""
     views = {name: layers[i] for i, name in enumerate(LAYER_NAMES)}
     views["mean of layers"] = layers.mean(axis=0)
     return views
+
+
+def layer_views(bilm, sentences: Sentences) -> Dict[str, np.ndarray]:
+    """The probed features of every token, sentence after sentence."""
+    return views_of(np.concatenate(bilm.embed_sentences([words for words, _ in sentences]), axis=1))
 
 
 def train_probe(X: np.ndarray, y: np.ndarray, n_classes: int, epochs: int, seed: int) -> torch.nn.Linear:

@@ -23,6 +23,7 @@ import numpy as np
 import typer
 
 sys.path.insert(0, str(Path(__file__).parent))
+from probe_pos import views_of  # noqa: E402
 from report import LAYER_NAMES  # noqa: E402
 
 WORDNET = "WordNet-eng30"
@@ -100,10 +101,7 @@ def instance_vectors(bilm, sentences: List[Sentence], chunk: int = 2000) -> Iter
         batch = wanted[start : start + chunk]
         for sent, layers in zip(batch, bilm.embed_sentences([s.words for s in batch])):
             for inst in sent.instances:
-                word = layers[:, inst.positions].mean(axis=1)  # (n_layers, dim)
-                views = {name: word[i] for i, name in enumerate(LAYER_NAMES)}
-                views["mean of layers"] = word.mean(axis=0)
-                yield inst, views
+                yield inst, views_of(layers[:, inst.positions].mean(axis=1))
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -144,6 +142,10 @@ def main(
             for name, v in views.items():
                 senses = sums[name][inst.lemma]
                 senses[synset] = senses.get(synset, 0) + _unit(v)
+    for by_lemma in sums.values():  # sense representations: unit length, so a dot product is a cosine
+        for senses in by_lemma.values():
+            for synset in senses:
+                senses[synset] = _unit(senses[synset])
     correct: Counter = Counter()
     covered = total = 0
     for inst, views in instance_vectors(bilm, test):
@@ -154,7 +156,7 @@ def main(
         correct["most frequent sense"] += counts[inst.lemma].most_common(1)[0][0] in inst.synsets
         for name, v in views.items():
             senses = sums[name][inst.lemma]
-            best = max(senses, key=lambda s: float(_unit(senses[s]) @ v))
+            best = max(senses, key=lambda s: float(senses[s] @ v))
             correct[name] += best in inst.synsets
     typer.echo(f"{model_dir.name}: embedded {n_train:,} {train_part} and {total:,} {test_part} sense-annotated words "
                f"in {time.perf_counter() - start:.0f} s; {covered:,} test words ({100 * covered / total:.1f}%) "
