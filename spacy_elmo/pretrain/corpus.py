@@ -88,6 +88,25 @@ def build_corpus(sentences: Iterable[Sequence[str]]) -> Corpus:
     return Corpus(types, np.asarray(ids, dtype=np.int32), np.asarray(offsets, dtype=np.int64))
 
 
+def concat_corpora(corpora: Sequence[Corpus]) -> Corpus:
+    """One corpus of the sentences of several, in order (type tables merged)."""
+    if not corpora:
+        raise ValueError("empty corpus: nothing to concatenate")
+    if len(corpora) == 1:
+        return corpora[0]
+    index: dict = {}
+    ids, offsets, base = [], [np.zeros(1, np.int64)], 0
+    for corpus in corpora:
+        remap = np.asarray([index.setdefault(t, len(index)) for t in corpus.types], dtype=np.int32)
+        ids.append(remap[corpus.ids])
+        offsets.append(corpus.offsets[1:] + base)
+        base += corpus.n_tokens
+    types = [""] * len(index)
+    for tok, i in index.items():
+        types[i] = tok
+    return Corpus(types, np.concatenate(ids), np.concatenate(offsets))
+
+
 def build_vocab(corpus: Corpus, size: int) -> List[str]:
     """Output vocabulary: ``<S>``, ``</S>``, ``<unk>``, then the most frequent types
     (ties broken by string), ``size`` words in all."""

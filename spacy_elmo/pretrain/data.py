@@ -2,17 +2,21 @@
 from pathlib import Path
 from typing import Sequence
 
-from .corpus import Corpus, build_corpus
+from .corpus import Corpus, build_corpus, concat_corpora
 from .text import read_paragraphs, tokenize
 
 
 def prepare_corpus(paths: Sequence[Path], kind: str = "auto") -> Corpus:
-    """Tokenize and sentence-split raw text files into a Corpus."""
-    def paragraphs():
-        for path in paths:
-            yield from read_paragraphs(Path(path), kind)
+    """Tokenize and sentence-split raw text files into a Corpus; prepared corpora
+    (``.npz``) among them are read as they are and joined in order."""
+    prepared = [Corpus.load(Path(p)) for p in paths if Path(p).suffix == ".npz"]
+    raw = [Path(p) for p in paths if Path(p).suffix != ".npz"]
 
-    return build_corpus(tokenize(paragraphs()))
+    def paragraphs():
+        for path in raw:
+            yield from read_paragraphs(path, kind)
+
+    return concat_corpora(prepared + ([build_corpus(tokenize(paragraphs()))] if raw else []))
 
 
 def load_corpus(path: Path) -> Corpus:

@@ -59,6 +59,12 @@ def learning_rate(step: int, training: Dict[str, Any]) -> float:
     return lr * scale * decay
 
 
+def _has_vocab(path: Path) -> bool:
+    from ..bilm.serialize import VOCAB_NAME
+
+    return (path / VOCAB_NAME).exists()
+
+
 def _rank_world() -> Tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -130,7 +136,15 @@ class Trainer:
             self.device = torch.device("cpu")
         self.train = load_corpus(Path(config["paths"]["train"]))
         self.dev = load_corpus(Path(config["paths"]["dev"])) if config["paths"].get("dev") else None
-        self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
+        init_path = config["paths"].get("init")
+        if init_path and config["vocab"].get("from_init", True) and _has_vocab(Path(init_path)):
+            # continued pretraining: the init model's vocabulary (and softmax) is kept;
+            # words of the new corpus outside it become <unk>
+            from ..bilm.serialize import read_vocab
+
+            self.vocab = read_vocab(Path(init_path))
+        else:
+            self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
         self.train_targets = target_map(self.train, self.vocab)
         self.offsets = cut_sentences(self.train, int(self.training["max_sentence_length"]))
         self.lengths = np.diff(self.offsets)
