@@ -3,7 +3,6 @@ all layers in ``doc._.elmo`` and a fixed view in ``doc.tensor``, and feeds the
 listeners of downstream components."""
 import os
 from collections import OrderedDict
-from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np

@@ -4,8 +4,8 @@ Nothing here imports spaCy or Thinc.
 """
 from .chars import tokens_to_char_ids, token_to_char_ids
 from .model import ElmoBiLM
-from .options import OptionsError, validate_options
-from .allennlp import WeightsError
+from .errors import OptionsError, WeightsError
+from .options import validate_options
 from .scalar_mix import ScalarMix
 
 __all__ = [

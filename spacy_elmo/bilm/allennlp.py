@@ -5,22 +5,18 @@ ordered (input, candidate, forget, output) and the bias lacks TF's forget bias o
 ``char_embed`` has no padding row; highway "carry" multiplies the transform branch.
 """
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Tuple, Type
 
 import numpy as np
 import torch
 
-from .options import OptionsError, validate_options
+from ..util.atomic import atomic_path, atomic_write_text
+from .errors import OptionsError, WeightsError
+from .options import validate_options
 
 if TYPE_CHECKING:
     from .model import ElmoBiLM
-
-
-class WeightsError(ValueError):
-    pass
 
 
 def _tf_to_ours(blocks: np.ndarray) -> np.ndarray:
@@ -144,21 +140,8 @@ def save_allennlp(model: "ElmoBiLM", out_dir: Path) -> None:
             data[f"{prefix}/W_P_0"] = sd[f"{base}.weight_proj"][d]
     options = {"lstm": dict(lstm), "char_cnn": dict(cnn)}
     options["char_cnn"]["n_characters"] = 262
-    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".hdf5.tmp")
-    os.close(fd)
-    try:
+    with atomic_path(out_dir / "weights.hdf5", suffix=".hdf5") as tmp:
         with h5py.File(tmp, "w") as h5:
             for name, value in data.items():
                 h5.create_dataset(name, data=np.ascontiguousarray(value, dtype=np.float32))
-        os.replace(tmp, out_dir / "weights.hdf5")
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    _atomic_write_text(out_dir / "options.json", json.dumps(options, indent=2))
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(out_dir / "options.json", json.dumps(options, indent=2))

@@ -11,13 +11,11 @@ Example (the published "small" model)::
 import copy
 from typing import Any, Dict, List, Optional
 
+from .errors import OptionsError
+
 Options = Dict[str, Any]
 
 ACTIVATIONS = ("relu", "tanh")
-
-
-class OptionsError(ValueError):
-    pass
 
 
 def _require(section: Dict[str, Any], key: str, where: str) -> Any:

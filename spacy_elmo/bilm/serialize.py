@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Ty
 
 import torch
 
-from .allennlp import WeightsError
-from .options import OptionsError
+from ..util.atomic import atomic_write_bytes
+from .errors import OptionsError, WeightsError
 
 if TYPE_CHECKING:
     from .model import ElmoBiLM
@@ -100,11 +100,7 @@ def write_model_files(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[st
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     for name, data in model_file_bytes(model, vocab, half):
-        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes files private
-        os.replace(tmp, path / name)
+        atomic_write_bytes(path / name, data)
 
 
 def read_config(path: Path) -> Dict[str, Any]:

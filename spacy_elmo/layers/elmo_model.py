@@ -18,7 +18,7 @@ from torch import nn
 from ..bilm import ElmoBiLM
 from ..bilm.chars import tokens_to_char_ids
 from ..bilm.serialize import load_state_bytes, state_to_bytes
-from .segments import batch_segments
+from ..segmentation import batch_segments
 from .types import ElmoModelT
 
 DEFAULT_MAX_LENGTH = 256

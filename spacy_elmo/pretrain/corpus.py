@@ -1,9 +1,6 @@
 """The compact prepared corpus: token ids into a table of token strings, plus the
 start offset of each sentence. One ``.npz`` file, read fully into memory
 (about 4 bytes a token)."""
-import os
-import tempfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Sequence, Tuple
@@ -11,6 +8,7 @@ from typing import Iterable, List, Sequence, Tuple
 import numpy as np
 
 from ..bilm.chars import tokens_to_char_ids
+from ..util.atomic import atomic_path
 
 SPECIALS = ("<S>", "</S>", "<unk>")
 
@@ -45,11 +43,9 @@ class Corpus:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-        os.close(fd)
-        with open(tmp, "wb") as f:
-            np.savez(f, types=np.asarray("\n".join(self.types)), ids=self.ids, offsets=self.offsets)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, types=np.asarray("\n".join(self.types)), ids=self.ids, offsets=self.offsets)
 
     @classmethod
     def load(cls, path: Path) -> "Corpus":

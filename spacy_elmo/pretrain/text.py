@@ -1,8 +1,8 @@
 """Raw text to sentences of tokens, as the ``elmo`` component will see them.
 
-Tokenization is spaCy's English tokenizer; sentences are split by the rule of spaCy's
-``Sentencizer`` (the same rule the component uses on Docs without boundaries);
-whitespace tokens are dropped. Source quirks:
+Tokenization is spaCy's English tokenizer; sentences are cut by
+``spacy_elmo.segmentation`` (the rule the component uses on Docs without boundaries:
+spaCy's ``Sentencizer``); whitespace tokens are dropped. Source quirks:
 
 - "wikitext": the tokenised WikiText release: `` = Heading = `` lines are dropped,
   ``@-@``, ``@,@``, ``@.@`` are joined with their neighbours and ``<unk>`` stays one token.
@@ -68,21 +68,13 @@ def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
 
 
 def tokenize(paragraphs: Iterable[str], batch_size: int = 1000) -> Iterator[List[str]]:
-    """Sentences (lists of token strings) of the paragraphs."""
+    """Sentences (lists of token strings) of the paragraphs, cut as the ``elmo``
+    component cuts a Doc without sentence boundaries (``segmentation.doc_sentences``)."""
     import spacy
-    from spacy.pipeline import Sentencizer
+
+    from ..segmentation import doc_sentences
 
     nlp = spacy.blank("en")
-    sentencizer = Sentencizer()
     for doc in nlp.tokenizer.pipe(paragraphs, batch_size=batch_size):
-        starts = sentencizer.predict([doc])[0]
-        sent: List[str] = []
-        for tok, start in zip(doc, starts):
-            if start and sent:
-                yield sent
-                sent = []
-            text = tok.text
-            if text.strip():
-                sent.append("<unk>" if text == UNK_PLACEHOLDER else text)
-        if sent:
-            yield sent
+        for sent in doc_sentences(doc):
+            yield ["<unk>" if text == UNK_PLACEHOLDER else text for text in sent]
