@@ -71,3 +71,27 @@ def default_loader() -> Callable[[], ElmoBiLM]:
         return ElmoBiLM.load(path)
 
     return load
+
+
+@registry.misc("spacy-elmo.PublishedLoader.v1")
+def published_loader_v1(name: str, mirror: Optional[str] = None) -> Callable[[], ElmoBiLM]:
+    """Load a published AllenNLP ELMo model by name, downloading it once into the user
+    cache (``SPACY_ELMO_CACHE``, else ``~/.cache/spacy_elmo``) at initialize.
+
+    name (str): "small", "medium", "original", "original-5.5b", "pubmed", "pt-wikipedia",
+        "pt-brwac" or "ja" (see docs/published.md).
+    mirror (Optional[str]): a base URL serving the same files under the same relative paths;
+        null for the ``SPACY_ELMO_MIRROR`` environment variable, else the original host.
+    """
+    from .published import fetch_published, get_published
+
+    try:
+        get_published(name)
+    except KeyError as err:
+        raise ValueError(err.args[0]) from None
+
+    def load() -> ElmoBiLM:
+        options_path, weights_path = fetch_published(name, mirror=mirror)
+        return ElmoBiLM.from_allennlp(options_path, weights_path)
+
+    return load

@@ -52,7 +52,7 @@ def load_nlp(weights: Optional[Path]):
 
 @app.command("demo")
 def demo_cli(
-    weights: Optional[Path] = typer.Option(None, "--weights", help="model dir (default: the shipped English model)"),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="model dir or published model name, e.g. small (default: the shipped English model)"),
 ) -> None:
     """Show that ELMo vectors tell word senses apart (cosine similarities)."""
     nlp = load_nlp(weights)
