@@ -5,6 +5,6 @@ Each command is a thin typer wrapper over a plain, testable function.
 from ._app import app
 
 # Importing the command modules registers their commands on ``app``.
-from . import demo, init_pipeline, pretrain  # noqa: F401,E402
+from . import demo, embed, init_pipeline, pretrain  # noqa: F401,E402
 
 __all__ = ["app"]
