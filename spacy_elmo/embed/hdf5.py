@@ -15,12 +15,13 @@ flushes, so a killed run leaves a readable file holding every batch up to the la
 flush; a restart skips the lines already in it.
 """
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import h5py
 import numpy as np
+
+from ..util.atomic import atomic_path
 
 INDEX_KEY = "sentence_to_index"
 META_ATTR = "spacy_elmo"
@@ -36,6 +37,16 @@ def _hold_metadata(f: h5py.File) -> None:
     config.decr_mode = 0
     config.initial_size = config.max_size = 32 * 2**20
     f.id.set_mdc_config(config)
+
+
+def read_meta(path: Path) -> Optional[Dict[str, Any]]:
+    """The settings stored in an output file (None: not written by spacy-elmo embed)."""
+    with h5py.File(path, "r") as f:
+        stored = f.attrs.get(META_ATTR)
+        meta = json.loads(stored) if stored is not None else None
+        if meta is not None:
+            meta["complete"] = bool(f.attrs.get("complete", False))
+        return meta
 
 
 def open_new(path: Path) -> h5py.File:
@@ -131,12 +142,6 @@ def read_layout(path: Path) -> Tuple[Dict[str, int], Iterator[Tuple[str, np.ndar
     return mapping, arrays()
 
 
-def replace_atomically(tmp: Path, path: Path) -> None:
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def shard_keys(f: h5py.File) -> List[str]:
     return sorted((k for k in f.keys() if k.isdigit()), key=int)
 
@@ -144,8 +149,7 @@ def shard_keys(f: h5py.File) -> List[str]:
 def merge_shards(shards: Sequence[Path], output: Path, meta: Dict[str, Any], with_index: bool) -> None:
     """Copy the line datasets of shard files (see ``ray.py``) into one file in the
     AllenNLP layout, written beside ``output`` and renamed over it at the end."""
-    tmp = output.with_name(output.name + ".merging")
-    with open_new(tmp) as out:
+    with atomic_path(output, suffix=".h5") as tmp, open_new(tmp) as out:
         out.attrs[META_ATTR] = json.dumps(meta, sort_keys=True)
         mapping: Dict[str, str] = {}
         for shard in shards:
@@ -161,4 +165,3 @@ def merge_shards(shards: Sequence[Path], output: Path, meta: Dict[str, Any], wit
             dset = out.create_dataset(INDEX_KEY, (1,), dtype=h5py.string_dtype())
             dset[0] = json.dumps(mapping)
         out.attrs["complete"] = True
-    replace_atomically(tmp, output)

@@ -14,7 +14,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .embedder import Embedder, EmbedSettings
-from .hdf5 import EmbeddingWriter, replace_atomically
+from ..util.atomic import atomic_path
+from .hdf5 import EmbeddingWriter
 from .reader import InputStats, iter_lines, scan_input
 
 Batch = List[Tuple[int, str]]
@@ -176,8 +177,6 @@ def embed_docbin(
         for doc in embedder.nlp.pipe(docs, batch_size=batch_size, n_process=n_process):
             out.add(doc)
             bar.update(len(doc))
-    output_path = Path(output_path)
-    tmp = output_path.with_name(output_path.name + ".partial")
-    out.to_disk(tmp)
-    replace_atomically(tmp, output_path)
+    with atomic_path(Path(output_path), suffix=".spacy") as tmp:
+        out.to_disk(tmp)
     return EmbedReport(len(docs), len(docs), 0, n_words, time.perf_counter() - start)
