@@ -52,18 +52,20 @@ class EmbedSettings:
 
 def loader_config(weights: Optional[str]) -> Optional[Dict[str, Any]]:
     """The ``[initialize.components.elmo.loader]`` block for ``--weights``: None for
-    the shipped model, a directory in either format, or a published model's name."""
-    from spacy.util import registry
-
+    the shipped model, else a directory in either format or a published model's name."""
     from ..cli.init_pipeline import weights_loader_config
 
-    if weights is None:
-        return None
-    if Path(weights).is_dir():
-        return weights_loader_config(Path(weights))
-    if registry.misc.has("spacy-elmo.PublishedLoader.v1"):
-        return {"@misc": "spacy-elmo.PublishedLoader.v1", "name": weights}
-    raise ValueError(f"--weights {weights}: not a model directory (and no published models are registered)")
+    return None if weights is None else weights_loader_config(weights)
+
+
+def prefetch_weights(settings: EmbedSettings) -> None:
+    """Download a published model once here, before workers start (so that they do
+    not all download it at the same time)."""
+    loader = loader_config(settings.weights)
+    if loader is not None and loader["@misc"] == "spacy-elmo.PublishedLoader.v1":
+        from ..published import fetch_published
+
+        fetch_published(loader["name"])
 
 
 class Embedder:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Deque, Iterable, Iterator, List, Optional, Seq
 import numpy as np
 from tqdm import tqdm
 
-from .embedder import Embedder, EmbedSettings
+from .embedder import Embedder, EmbedSettings, prefetch_weights
 from ..util.atomic import atomic_path
 from .hdf5 import EmbeddingWriter
 from .reader import InputStats, iter_lines, scan_input
@@ -86,6 +86,7 @@ def map_batches(
         for batch in work:
             yield batch, list(zip((i for i, _ in batch), embedder.embed([line for _, line in batch])))
         return
+    prefetch_weights(settings)
     ctx = multiprocessing.get_context("spawn")  # no fork after torch/OpenMP started
     with ctx.Pool(n_process, initializer=_init_worker, initargs=(settings,)) as pool:
         pending: Deque[Tuple[Batch, Any]] = deque()

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .embedder import Embedder, EmbedSettings
+from .embedder import Embedder, EmbedSettings, prefetch_weights
 from .hdf5 import merge_shards, read_meta
 from .local import EmbedReport, progress_bar, run_meta
 from .reader import scan_input
@@ -119,6 +119,7 @@ def embed_file_ray(
     n_embedded = n_words = 0
     if items:
         done_words = sum(v["n_words"] for v in index.shards.values())
+        prefetch_weights(settings)
         started = _start_ray(address)
         try:
             ray.data.DataContext.get_current().enable_progress_bars = False
