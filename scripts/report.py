@@ -143,28 +143,10 @@ def render_weights_table(entries: List[LayerWeights]) -> str:
 
 
 def find_scalar_mixes(model) -> List[Any]:
-    """The torch ScalarMix modules inside a Thinc model.
+    """The torch ScalarMix modules of the ELMo listeners inside a Thinc model."""
+    from spacy_elmo.layers import get_scalar_mixes
 
-    Looks at every node of ``model.walk()``: a node named ``elmo_scalar_mix``, or any node
-    whose shims wrap a ``spacy_elmo.bilm.ScalarMix`` (directly or as a submodule).
-    """
-    from spacy_elmo.bilm import ScalarMix
-
-    found: List[Any] = []
-    for node in model.walk():
-        named = node.name == "elmo_scalar_mix"
-        for shim in getattr(node, "shims", []):
-            module = getattr(shim, "_model", None)
-            if module is None or not hasattr(module, "modules"):
-                continue
-            for sub in module.modules():
-                if isinstance(sub, ScalarMix) or (
-                    named and hasattr(sub, "weights") and hasattr(sub, "gamma")
-                ):
-                    if not any(sub is f for f in found):
-                        found.append(sub)
-                    break
-    return found
+    return get_scalar_mixes(model)
 
 
 def find_scalar_mix(model):
@@ -172,9 +154,8 @@ def find_scalar_mix(model):
     mixes = find_scalar_mixes(model)
     if not mixes:
         raise ValueError(
-            f"no ELMo scalar mix found in model {model.name!r}: expected a node named "
-            "'elmo_scalar_mix' or a PyTorch shim wrapping spacy_elmo.bilm.ScalarMix "
-            "(is this component's tok2vec a spacy-elmo.ElmoListener.v1?)"
+            f"no ELMo scalar mix found in model {model.name!r}: expected the 'elmo_scalar_mix' "
+            "node of a spacy-elmo.ElmoListener.v1 (is this component's tok2vec one?)"
         )
     return mixes[0]
 

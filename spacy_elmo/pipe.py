@@ -2,8 +2,7 @@
 all layers in ``doc._.elmo`` and a fixed view in ``doc.tensor``, and feeds the
 listeners of downstream components."""
 import os
-from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -16,7 +15,8 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from .bilm import ElmoBiLM
-from .layers.elmo_model import get_bilm, layers_to_numpy, no_grad_layers, require_bilm, set_bilm
+from .frozen_cache import FrozenLayerCache, doc_key
+from .layers.elmo_model import elmo_layers, get_bilm, layers_to_numpy, no_grad_layers, require_bilm, set_bilm
 from .layers.listener import ElmoListener
 
 TENSOR_VIEWS = ("mean", "top", "none")
@@ -105,7 +105,6 @@ class Elmo(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.model.attrs["max_length"] = max_length
         self.listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
             "frozen": frozen,
@@ -113,10 +112,8 @@ class Elmo(TrainablePipe):
             "tensor": tensor,
             "store_layers": store_layers,
             "cache_mb": cache_mb,
-            "bilm_config": None,
         }
-        self._cache: "OrderedDict[Tuple, np.ndarray]" = OrderedDict()
-        self._cache_bytes = 0
+        self.frozen_cache = FrozenLayerCache(cache_mb)
         self._pid = os.getpid()
         self._set_replace_hooks()
 
@@ -127,13 +124,19 @@ class Elmo(TrainablePipe):
         return bool(self.cfg["frozen"])
 
     @property
+    def max_length(self) -> int:
+        return int(self.cfg["max_length"])
+
+    @property
     def bilm(self) -> Optional[ElmoBiLM]:
         return get_bilm(self.model)
 
     def _set_replace_hooks(self) -> None:
-        frozen = self.frozen
+        frozen, max_length = self.frozen, self.max_length
 
         def replace_listener(new_model: Model, listener: Model, pipe: Any) -> Model:
+            # The standalone copy has no component to pass max_length: it keeps it.
+            new_model.attrs["max_length"] = max_length
             return no_grad_layers(new_model) if frozen else new_model
 
         def replace_listener_cfg(elmo_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -204,12 +207,11 @@ class Elmo(TrainablePipe):
         bilm = require_bilm(self.model)
         if not any(len(doc) for doc in docs):
             return [self.model.ops.alloc3f(bilm.n_layers, len(doc), bilm.output_dim) for doc in docs]
-        return self.model.predict(docs)
+        return elmo_layers(self.model, docs, max_length=self.max_length, is_train=False)[0]
 
     def set_annotations(self, docs: Sequence[Doc], layerses: List[Floats3d]) -> None:
         view = self.cfg["tensor"]
-        for doc, layers in zip(docs, layerses):
-            arr = layers_to_numpy(layers)
+        for doc, arr in zip(docs, layers_to_numpy(layerses)):
             assert arr.shape[1] == len(doc)
             if self.cfg["store_layers"]:
                 doc._.elmo = arr
@@ -220,28 +222,25 @@ class Elmo(TrainablePipe):
 
     # Training ---------------------------------------------------------------------
 
-    def _cache_key(self, doc: Doc) -> Tuple:
-        starts = doc.to_array("SENT_START") if doc.has_annotation("SENT_START") else None
-        return (doc.text, tuple(t.idx for t in doc), None if starts is None else starts.tobytes())
-
     def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
-        """Layers of training docs with a frozen biLM, computed once per doc (bounded)."""
-        limit = int(self.cfg["cache_mb"]) * 2**20
-        if limit == 0:
+        """Layers of training docs with a frozen biLM, each computed once while the
+        cache (``cache_mb``) holds it."""
+        if self.frozen_cache.max_bytes == 0:
             return self.predict(docs)
-        keys = [self._cache_key(doc) for doc in docs]
-        missing = [i for i, key in enumerate(keys) if key not in self._cache]
-        fresh = dict(zip(missing, self.predict([docs[i] for i in missing]))) if missing else {}
-        outputs: List[Floats3d] = []
+        keys = [doc_key(doc) for doc in docs]
+        outputs: List[Any] = [None] * len(docs)
+        missing: List[int] = []
         for i, key in enumerate(keys):
-            if i in fresh:
-                arr = layers_to_numpy(fresh[i])
-                if arr.nbytes + self._cache_bytes <= limit:
-                    self._cache[key] = arr
-                    self._cache_bytes += arr.nbytes
-                outputs.append(fresh[i])
+            arr = self.frozen_cache.get(key)
+            if arr is None:
+                missing.append(i)
             else:
-                outputs.append(self.model.ops.asarray(self._cache[key]))
+                outputs[i] = self.model.ops.asarray(arr)
+        if missing:
+            fresh = self.predict([docs[i] for i in missing])
+            for i, layers, arr in zip(missing, fresh, layers_to_numpy(fresh)):
+                self.frozen_cache.put(keys[i], arr)
+                outputs[i] = layers
         return outputs
 
     def update(
@@ -267,7 +266,7 @@ class Elmo(TrainablePipe):
             accumulate = backprop
         else:
             set_dropout_rate(self.model, drop)
-            layers, bp_layers = self.model.begin_update(docs)
+            layers, bp_layers = elmo_layers(self.model, docs, max_length=self.max_length, is_train=True)
             d_layers = [self.model.ops.alloc3f(*x.shape) for x in layers]
 
             def accumulate(one_d: List[Floats3d]) -> List[Doc]:
@@ -321,9 +320,7 @@ class Elmo(TrainablePipe):
             bilm.requires_grad_(False)
         bilm.eval()
         set_bilm(self.model, bilm)
-        self.cfg["bilm_config"] = bilm.config()
-        self._cache.clear()
-        self._cache_bytes = 0
+        self.frozen_cache.clear()
         for listener in self.listeners:
             self._set_listener_width(listener)
 
@@ -338,7 +335,8 @@ class Elmo(TrainablePipe):
         return self
 
     def _after_load(self) -> None:
-        self.model.attrs["max_length"] = int(self.cfg["max_length"])
+        self.cfg.pop("bilm_config", None)  # written by spacy-elmo 0.1, never read
+        self.frozen_cache = FrozenLayerCache(self.cfg["cache_mb"])
         bilm = self.bilm
         if bilm is not None:
             if self.frozen:

@@ -99,7 +99,8 @@ def test_serialization_round_trips(elmo_nlp, tmp_path):
     elmo_nlp.to_disk(tmp_path / "pipe")
     nlp2 = spacy.load(tmp_path / "pipe")
     np.testing.assert_allclose(nlp2(text)._.elmo, doc._.elmo, **SAME)
-    assert nlp2.get_pipe("elmo").cfg["bilm_config"]["lstm"]["projection_dim"] == 16
+    assert "bilm_config" not in nlp2.get_pipe("elmo").cfg
+    assert nlp2.get_pipe("elmo").bilm.config.projection_dim == 16
     # Pipeline bytes.
     nlp3 = spacy.blank("en")
     nlp3.add_pipe("elmo")

@@ -13,6 +13,7 @@ from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
 
 from conftest import REPO, read_conll
+from spacy_elmo.frozen_cache import FrozenLayerCache
 
 CONFIGS = REPO / "configs"
 
@@ -153,14 +154,13 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     elmo = nlp.get_pipe("elmo")
     docs = [eg.predicted for eg in examples]
     first = elmo._frozen_layers(docs)
-    assert len(elmo._cache) == len(docs)
+    assert len(elmo.frozen_cache) == len(docs)
     second = elmo._frozen_layers(docs)
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
-    elmo.cfg["cache_mb"] = 0
-    elmo._cache.clear()
+    elmo.frozen_cache = FrozenLayerCache(0)
     elmo._frozen_layers(docs)
-    assert not elmo._cache
+    assert not len(elmo.frozen_cache)
 
 
 @pytest.mark.parametrize("cfg", ["ner.cfg", "textcat.cfg"])

@@ -6,17 +6,14 @@ ordered (input, candidate, forget, output) and the bias lacks TF's forget bias o
 """
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Tuple, Type
+from typing import Callable, Dict, Mapping, Tuple
 
 import numpy as np
 import torch
 
 from ..util.atomic import atomic_path, atomic_write_text
 from .errors import OptionsError, WeightsError
-from .options import validate_options
-
-if TYPE_CHECKING:
-    from .model import ElmoBiLM
+from .config import BiLMConfig
 
 
 def _tf_to_ours(blocks: np.ndarray) -> np.ndarray:
@@ -30,7 +27,8 @@ def _ours_to_tf(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([i, j, f, o], axis=-1)
 
 
-def read_options(path: Path) -> Dict:
+def read_options(path: Path) -> BiLMConfig:
+    """The config of an ``options.json`` file."""
     if not path.exists():
         raise OptionsError(f"ELMo options file not found: {path}")
     try:
@@ -38,14 +36,14 @@ def read_options(path: Path) -> Dict:
             options = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise OptionsError(f"ELMo options file {path} is not valid JSON: {err}") from None
-    return validate_options(options, source=str(path))
+    return BiLMConfig.from_options(options, source=str(path))
 
 
-def load_allennlp(cls: "Type[ElmoBiLM]", options_path: Path, weights_path: Path) -> "ElmoBiLM":
+def read_allennlp(options_path: Path, weights_path: Path) -> Tuple[BiLMConfig, Dict[str, torch.Tensor]]:
+    """Config and state dict (``ElmoBiLM``'s names, float32) of published weights."""
     import h5py
 
-    options = read_options(options_path)
-    model = cls(options)
+    config = read_options(options_path)
     if not weights_path.exists():
         raise WeightsError(f"ELMo weights file not found: {weights_path}")
     try:
@@ -66,33 +64,36 @@ def load_allennlp(cls: "Type[ElmoBiLM]", options_path: Path, weights_path: Path)
                 )
             return np.asarray(data[...], dtype=np.float32)
 
-        state = _allennlp_state(model, options, get)
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
-    return model
+        state = _allennlp_state(config, get)
+    return config, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
 
 
-def _allennlp_state(model: "ElmoBiLM", options: Dict, get) -> Dict[str, np.ndarray]:
-    cnn, lstm = options["char_cnn"], options["lstm"]
-    E, P, C = int(cnn["embedding"]["dim"]), int(lstm["projection_dim"]), int(lstm["dim"])
-    F = sum(n for _, n in cnn["filters"])
+def _forget_bias(cell_dim: int) -> np.ndarray:
+    """TF's run-time forget bias of +1, in our gate layout."""
+    forget = np.zeros(4 * cell_dim, dtype=np.float32)
+    forget[cell_dim : 2 * cell_dim] = 1.0
+    return forget
+
+
+def _allennlp_state(config: BiLMConfig, get: Callable[[str, Tuple[int, ...]], np.ndarray]) -> Dict[str, np.ndarray]:
+    E, P, C = config.char_dim, config.projection_dim, config.cell_dim
+    F = sum(n for _, n in config.filters)
     state: Dict[str, np.ndarray] = {}
-    n_rows = model.token_encoder.char_embedding.num_embeddings
-    table = np.zeros((n_rows, E), dtype=np.float32)
+    table = np.zeros((config.n_char_rows, E), dtype=np.float32)
     table[1:262] = get("char_embed", (261, E))
     state["token_encoder.char_embedding.weight"] = table
-    for i, (w, n) in enumerate(cnn["filters"]):
+    for i, (w, n) in enumerate(config.filters):
         kernel = get(f"CNN/W_cnn_{i}", (1, w, E, n))[0]  # (w, E, n)
         state[f"token_encoder.convs.{i}.weight"] = kernel.transpose(2, 1, 0)
         state[f"token_encoder.convs.{i}.bias"] = get(f"CNN/b_cnn_{i}", (n,))
-    for k in range(int(cnn["n_highway"])):
+    for k in range(config.n_highway):
         for tf_name, ours in (("transform", "transform"), ("carry", "gate")):
             state[f"token_encoder.highways.{k}.{ours}.weight"] = get(f"CNN_high_{k}/W_{tf_name}", (F, F)).T
             state[f"token_encoder.highways.{k}.{ours}.bias"] = get(f"CNN_high_{k}/b_{tf_name}", (F,))
     state["token_encoder.projection.weight"] = get("CNN_proj/W_proj", (F, P)).T
     state["token_encoder.projection.bias"] = get("CNN_proj/b_proj", (P,))
-    forget = np.zeros(4 * C, dtype=np.float32)
-    forget[C : 2 * C] = 1.0
-    for layer in range(int(lstm["n_layers"])):
+    forget = _forget_bias(C)
+    for layer in range(config.n_layers):
         w_ih, w_hh, bias, w_proj = [], [], [], []
         for d in range(2):
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
@@ -110,27 +111,25 @@ def _allennlp_state(model: "ElmoBiLM", options: Dict, get) -> Dict[str, np.ndarr
     return state
 
 
-def save_allennlp(model: "ElmoBiLM", out_dir: Path) -> None:
-    """Write ``options.json`` and ``weights.hdf5``; each file is written atomically."""
+def write_allennlp(config: BiLMConfig, state: Mapping[str, torch.Tensor], out_dir: Path) -> None:
+    """Write ``options.json`` and ``weights.hdf5`` (each atomically) from a config and
+    an ``ElmoBiLM`` state dict; the softmax, which the layout lacks, is left out."""
     import h5py
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    cnn, lstm = model.options["char_cnn"], model.options["lstm"]
-    C = int(lstm["dim"])
-    forget = np.zeros(4 * C, dtype=np.float32)
-    forget[C : 2 * C] = 1.0
+    sd = {k: v.detach().float().cpu().numpy() for k, v in state.items()}
+    forget = _forget_bias(config.cell_dim)
     data: Dict[str, np.ndarray] = {"char_embed": sd["token_encoder.char_embedding.weight"][1:262]}
-    for i in range(len(cnn["filters"])):
+    for i in range(len(config.filters)):
         data[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
         data[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
-    for k in range(int(cnn["n_highway"])):
+    for k in range(config.n_highway):
         for tf_name, ours in (("transform", "transform"), ("carry", "gate")):
             data[f"CNN_high_{k}/W_{tf_name}"] = sd[f"token_encoder.highways.{k}.{ours}.weight"].T
             data[f"CNN_high_{k}/b_{tf_name}"] = sd[f"token_encoder.highways.{k}.{ours}.bias"]
     data["CNN_proj/W_proj"] = sd["token_encoder.projection.weight"].T
     data["CNN_proj/b_proj"] = sd["token_encoder.projection.bias"]
-    for layer in range(int(lstm["n_layers"])):
+    for layer in range(config.n_layers):
         base = f"lstm.layers.{layer}"
         for d in range(2):
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
@@ -138,7 +137,7 @@ def save_allennlp(model: "ElmoBiLM", out_dir: Path) -> None:
             data[f"{prefix}/W_0"] = _ours_to_tf(W)
             data[f"{prefix}/B"] = _ours_to_tf(sd[f"{base}.bias"][d] - forget)
             data[f"{prefix}/W_P_0"] = sd[f"{base}.weight_proj"][d]
-    options = {"lstm": dict(lstm), "char_cnn": dict(cnn)}
+    options = config.to_options()
     options["char_cnn"]["n_characters"] = 262
     with atomic_path(out_dir / "weights.hdf5", suffix=".hdf5") as tmp:
         with h5py.File(tmp, "w") as h5:

@@ -1,7 +1,7 @@
 """ElmoBiLM: the whole biLM as one PyTorch module (characters in, layers out)."""
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -9,9 +9,21 @@ from torch import nn
 
 from .chars import bos_char_ids, eos_char_ids, tokens_to_char_ids
 from .lstm import ProjectedLstmStack
-from .options import Options, clip_value, n_output_layers, output_dim, validate_options
+from .allennlp import read_allennlp, write_allennlp
+from .config import BiLMConfig
 from .packing import make_plan
+from .serialize import (
+    WEIGHTS_NAME,
+    check_state,
+    config_from_bytes,
+    read_model_dir,
+    save_model_dir,
+    state_from_bytes,
+    state_to_bytes,
+    write_model_files,
+)
 from .softmax import build_softmax
+from .tf32 import no_tf32
 from .token_encoder import CharTokenEncoder, TokenCache
 
 PathLike = Union[str, os.PathLike]
@@ -34,17 +46,20 @@ def unique_rows(char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 class ElmoBiLM(nn.Module):
     """The ELMo bidirectional language model.
 
-    options: hyper-parameters in the AllenNLP / bilm-tf ``options.json`` form.
-    vocab_size: size of the output vocabulary of the language-model softmax
-        (0: no softmax, as in published weight files).
-    softmax_options: see ``bilm.softmax.build_softmax``.
+    config: a ``BiLMConfig``, or hyper-parameters in the AllenNLP / bilm-tf
+        ``options.json`` form (read with ``BiLMConfig.from_options``).
+    vocab_size: with an options dict, the output vocabulary of the language-model
+        softmax (0: no softmax, as in published weight files).
+    softmax_options: with an options dict, see ``bilm.softmax.build_softmax``.
 
     ``forward(char_ids, lengths)`` takes the flat tokens of a batch of sentences,
     ``(N, max_chars)`` int64 character ids, and their ``lengths`` (S,) summing to N,
     and returns ``(n_layers + 1, N, 2P)``: layer 0 is the token layer duplicated,
     layer k the [forward; backward] output of LSTM layer k. Every sentence runs as
     ``<S> tokens </S>`` from a zero state, alone in effect: its output does not
-    depend on the rest of the batch.
+    depend on the rest of the batch. Pass ``char_ids`` on the CPU: only the distinct
+    tokens go to the model's device. On a GPU, float32 runs with TF32 off
+    (``allow_tf32 = True`` trades that exactness for speed).
 
     In inference (eval mode, autograd off) the token layer of recently seen tokens
     comes from a bounded cache (``set_token_cache``); training never uses it.
@@ -52,42 +67,41 @@ class ElmoBiLM(nn.Module):
 
     def __init__(
         self,
-        options: Options,
+        config: Union[BiLMConfig, Mapping[str, Any]],
         *,
         vocab_size: int = 0,
-        softmax_options: Optional[Dict[str, Any]] = None,
+        softmax_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         super().__init__()
-        self.options = validate_options(options)
-        cnn, lstm = self.options["char_cnn"], self.options["lstm"]
-        self.max_chars = int(cnn["max_characters_per_token"])
+        if not isinstance(config, BiLMConfig):
+            config = BiLMConfig.from_options(config).with_head(vocab_size, softmax_options)
+        self.config = config
+        self.max_chars = config.max_characters_per_token
         self.token_encoder = CharTokenEncoder(
-            char_dim=int(cnn["embedding"]["dim"]),
-            filters=cnn["filters"],
-            n_highway=int(cnn["n_highway"]),
-            projection_dim=int(lstm["projection_dim"]),
-            activation=cnn["activation"],
-            n_characters=max(int(cnn["n_characters"]), 262),
+            char_dim=config.char_dim,
+            filters=config.filters,
+            n_highway=config.n_highway,
+            projection_dim=config.projection_dim,
+            activation=config.activation,
+            n_characters=config.n_char_rows,
         )
         self.lstm = ProjectedLstmStack(
-            input_dim=int(lstm["projection_dim"]),
-            cell_dim=int(lstm["dim"]),
-            projection_dim=int(lstm["projection_dim"]),
-            n_layers=int(lstm["n_layers"]),
-            cell_clip=clip_value(lstm["cell_clip"]),
-            proj_clip=clip_value(lstm["proj_clip"]),
-            use_skip_connections=bool(lstm["use_skip_connections"]),
+            input_dim=config.projection_dim,
+            cell_dim=config.cell_dim,
+            projection_dim=config.projection_dim,
+            n_layers=config.n_layers,
+            cell_clip=config.cell_clip_value,
+            proj_clip=config.proj_clip_value,
+            use_skip_connections=config.use_skip_connections,
         )
-        self.vocab_size = int(vocab_size)
-        self.softmax_options = dict(softmax_options or {"type": "full"})
         self.softmax: Optional[nn.Module] = (
-            build_softmax(int(lstm["projection_dim"]), self.vocab_size, self.softmax_options)
-            if self.vocab_size > 0
-            else None
+            build_softmax(config.projection_dim, config.vocab_size, dict(config.softmax)) if config.vocab_size > 0 else None
         )
         boundary = torch.from_numpy(np.stack([bos_char_ids(self.max_chars), eos_char_ids(self.max_chars)]))
-        self.register_buffer("boundary_char_ids", boundary, persistent=False)
+        self._boundary_host = boundary
+        self.register_buffer("boundary_char_ids", boundary.clone(), persistent=False)
         self.token_cache: Optional[TokenCache] = TokenCache(DEFAULT_TOKEN_CACHE)
+        self.allow_tf32 = False
 
     def set_token_cache(self, max_entries: int) -> None:
         """Keep the token layer of up to ``max_entries`` distinct tokens for
@@ -95,44 +109,53 @@ class ElmoBiLM(nn.Module):
         self.token_cache = TokenCache(max_entries) if max_entries > 0 else None
 
     @property
+    def options(self) -> Dict[str, Any]:
+        """The hyper-parameters in the ``options.json`` form (a new dict)."""
+        return self.config.to_options()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
     def output_dim(self) -> int:
-        return output_dim(self.options)
+        return self.config.output_dim
 
     @property
     def n_layers(self) -> int:
         """Number of output layers (LSTM layers + the token layer)."""
-        return n_output_layers(self.options)
+        return self.config.n_output_layers
 
     @property
     def device(self) -> torch.device:
         return self.boundary_char_ids.device
 
-    def config(self) -> Dict[str, Any]:
-        """Everything needed to rebuild the module (the options plus the softmax)."""
-        cfg = dict(self.options)
-        cfg["vocab_size"] = self.vocab_size
-        cfg["softmax"] = dict(self.softmax_options)
-        return cfg
-
-    @classmethod
-    def from_config(cls, config: Dict[str, Any]) -> "ElmoBiLM":
-        options = {k: v for k, v in config.items() if k in ("lstm", "char_cnn")}
-        return cls(options, vocab_size=int(config.get("vocab_size", 0)), softmax_options=config.get("softmax"))
-
     def embed_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Token layer (char CNN, highway, projection) for rows of char ids: ``(n, P)``.
+        """Token layer (char CNN, highway, projection) for rows of char ids: ``(n, P)``
+        on the model's device.
 
-        Repeated tokens are encoded once; in inference, cached tokens not at all.
+        Repeated tokens are encoded once; in inference, cached tokens not at all (the
+        cache is keyed on the host rows, so CPU ids never make a round trip).
         """
         if char_ids.shape[0] == 0:
-            return self.token_encoder.projection.weight.new_zeros(0, self.options["lstm"]["projection_dim"])
+            return self.token_encoder.projection.weight.new_zeros(0, self.config.projection_dim)
         unique, inverse = unique_rows(char_ids)
+        inverse = inverse.to(self.device)
         if self.token_cache is not None and not self.training and not torch.is_grad_enabled():
             stamp = tuple((p.data_ptr(), p._version, p.dtype) for p in self.token_encoder.parameters())
-            return self.token_cache(unique, self.token_encoder, stamp)[inverse]
-        return self.token_encoder(unique)[inverse]
+            return self.token_cache(unique, self._encode, stamp)[inverse]
+        return self._encode(unique)[inverse]
+
+    def _encode(self, char_ids: torch.Tensor) -> torch.Tensor:
+        return self.token_encoder(char_ids.to(self.device))
 
     def _run(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
+        if self.device.type == "cuda" and not self.allow_tf32:
+            with no_tf32():
+                return self._run_layers(char_ids, lengths, keep_boundaries)
+        return self._run_layers(char_ids, lengths, keep_boundaries)
+
+    def _run_layers(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
         lengths = np.asarray([int(n) for n in lengths], dtype=np.int64)
         if char_ids.dim() != 2 or char_ids.shape[1] != self.max_chars:
             raise ValueError(
@@ -145,8 +168,8 @@ class ElmoBiLM(nn.Module):
         n_rows = int(lengths.sum()) + (2 * len(lengths) if keep_boundaries else 0)
         if len(lengths) == 0:
             return self.boundary_char_ids.new_zeros((self.n_layers, 0, self.output_dim), dtype=torch.float32)
-        char_ids = char_ids.to(self.device)
-        table = self.embed_tokens(torch.cat([char_ids, self.boundary_char_ids], dim=0))
+        boundary = self._boundary_host if char_ids.device.type == "cpu" else self.boundary_char_ids.to(char_ids.device)
+        table = self.embed_tokens(torch.cat([char_ids, boundary], dim=0))
         plan = make_plan(lengths, keep_boundaries, self.device)
         x = torch.stack([table.index_select(0, plan.src_fwd), table.index_select(0, plan.src_bwd)])
         token_layer = table.index_select(0, plan.out_rows)
@@ -201,32 +224,52 @@ class ElmoBiLM(nn.Module):
             self.train(was_training)
         return [r for r in results]  # type: ignore[misc]
 
-    # Weight files -------------------------------------------------------------------
+    # Weights and files ----------------------------------------------------------------
+
+    def load_state(self, state: Mapping[str, torch.Tensor], source: str) -> None:
+        """Load a state dict (float32 or float16 tensors), checking every name and
+        shape first; WeightsError names ``source`` and the first mismatch."""
+        check_state(state, self.state_dict(), source)
+        self.load_state_dict({k: v.float() for k, v in state.items()})
+
+    def to_bytes(self, *, half: bool = False) -> bytes:
+        """The whole module as bytes (safetensors with the config in its metadata)."""
+        return state_to_bytes(self.state_dict(), half, config=self.config)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "ElmoBiLM bytes") -> "ElmoBiLM":
+        """Rebuild a module written by ``to_bytes`` (on the CPU)."""
+        model = cls(config_from_bytes(data, source))
+        model.load_state(state_from_bytes(data, source), source)
+        return model
 
     @classmethod
     def from_allennlp(cls, options_path: PathLike, weights_path: PathLike) -> "ElmoBiLM":
         """Load published weights: an ``options.json`` and a bilm-tf / AllenNLP HDF5 file."""
-        from .allennlp import load_allennlp
-
-        return load_allennlp(cls, Path(options_path), Path(weights_path))
+        config, state = read_allennlp(Path(options_path), Path(weights_path))
+        model = cls(config)
+        model.load_state(state, str(weights_path))
+        return model
 
     def to_allennlp(self, out_dir: PathLike) -> None:
         """Write ``options.json`` + ``weights.hdf5`` in the published layout."""
-        from .allennlp import save_allennlp
-
-        save_allennlp(self, Path(out_dir))
+        write_allennlp(self.config, self.state_dict(), Path(out_dir))
 
     def save(self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
         """Write the project's own format: ``config.json``, ``model.safetensors``
         and (with a softmax) ``vocab.txt``. The directory is replaced atomically; its other
         files (e.g. a model card README.md) are kept."""
-        from .serialize import save_elmo
+        save_model_dir(Path(path), self.config, self.state_dict(), vocab=vocab, half=half)
 
-        save_elmo(self, Path(path), vocab=vocab, half=half)
+    def write_files(self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
+        """Like ``save``, but into a directory that keeps its other files (e.g. the
+        checkpoints of a pretraining run), each model file replaced atomically."""
+        write_model_files(Path(path), self.config, self.state_dict(), vocab=vocab, half=half)
 
     @classmethod
     def load(cls, path: PathLike) -> "ElmoBiLM":
         """Load a directory written by ``save`` (or by the pretraining command)."""
-        from .serialize import load_elmo
-
-        return load_elmo(cls, Path(path))
+        config, state = read_model_dir(Path(path))
+        model = cls(config)
+        model.load_state(state, str(Path(path) / WEIGHTS_NAME))
+        return model

@@ -1,48 +1,80 @@
 """The project's own weight format: a directory with ``config.json`` (the options
 fields plus ``vocab_size``, ``softmax`` and ``format_version``), ``model.safetensors``
 (the module's state_dict) and, when there is a softmax, ``vocab.txt`` (one word a
-line, line number = id)."""
+line, line number = id).
+
+These functions read and write configs and state dicts; they know nothing of the
+module (``ElmoBiLM.save`` / ``load`` / ``to_bytes`` / ``from_bytes`` use them).
+"""
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from ..util.atomic import atomic_write_bytes
+from .config import BiLMConfig
 from .errors import OptionsError, WeightsError
-
-if TYPE_CHECKING:
-    from .model import ElmoBiLM
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 VOCAB_NAME = "vocab.txt"
 MODEL_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
+CONFIG_METADATA_KEY = "spacy_elmo.config"  # the config.json form inside a safetensors blob
+
+State = Dict[str, torch.Tensor]
 
 
-def state_to_bytes(model: "ElmoBiLM", half: bool = False) -> bytes:
+def state_to_bytes(state: Mapping[str, torch.Tensor], half: bool = False, config: Optional[BiLMConfig] = None) -> bytes:
+    """A state dict as safetensors bytes (float16 with ``half``); with ``config``, the
+    blob carries it in its metadata and so describes itself."""
     from safetensors.torch import save
 
     dtype = torch.float16 if half else torch.float32
-    return save({k: v.detach().to(dtype).contiguous().cpu() for k, v in model.state_dict().items()})
+    metadata = None
+    if config is not None:
+        metadata = {CONFIG_METADATA_KEY: json.dumps(config.to_dict()), "format_version": str(FORMAT_VERSION)}
+    return save({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, metadata=metadata)
 
 
-def load_state_bytes(model: "ElmoBiLM", data: bytes, source: str) -> None:
+def state_from_bytes(data: bytes, source: str) -> State:
+    """The tensors of safetensors bytes; WeightsError names ``source`` if they are not."""
     from safetensors.torch import load
 
     try:
-        state = load(data)
+        return load(data)
     except Exception as err:  # safetensors raises its own error type
         raise WeightsError(f"{source}: not a safetensors file: {err}") from None
-    load_checked_state(model, state, source)
 
 
-def load_checked_state(model: "ElmoBiLM", state: Dict[str, torch.Tensor], source: str) -> None:
-    expected = model.state_dict()
+def config_from_bytes(data: bytes, source: str) -> BiLMConfig:
+    """The config stored in the metadata of ``state_to_bytes(..., config=...)``.
+
+    Reads the safetensors header: 8 bytes little-endian length N, then N bytes of
+    JSON whose ``__metadata__`` holds string pairs."""
+    try:
+        size = int.from_bytes(data[:8], "little")
+        if len(data) < 8 + size:
+            raise ValueError("truncated header")
+        metadata = json.loads(bytes(data[8 : 8 + size]).decode("utf-8")).get("__metadata__") or {}
+    except (ValueError, AttributeError) as err:
+        raise WeightsError(f"{source}: not a safetensors file: {err}") from None
+    if CONFIG_METADATA_KEY not in metadata:
+        raise WeightsError(f"{source}: the weights carry no config ('{CONFIG_METADATA_KEY}' metadata)")
+    try:
+        version = int(metadata.get("format_version", FORMAT_VERSION))
+    except ValueError:
+        raise WeightsError(f"{source}: bad format_version {metadata.get('format_version')!r}") from None
+    return _config_from_json_text(metadata[CONFIG_METADATA_KEY], version, source)
+
+
+def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str) -> None:
+    """Raise WeightsError naming ``source`` unless ``state`` has exactly the tensors
+    (names and shapes) of ``expected``."""
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -52,30 +84,36 @@ def load_checked_state(model: "ElmoBiLM", state: Dict[str, torch.Tensor], source
             raise WeightsError(
                 f"{source}: tensor '{name}' has shape {tuple(value.shape)}, expected {tuple(expected[name].shape)}"
             )
-    model.load_state_dict({k: v.float() for k, v in state.items()})
 
 
-def model_file_bytes(model: "ElmoBiLM", vocab: Optional[Sequence[str]], half: bool) -> List[Tuple[str, bytes]]:
+def model_file_bytes(
+    config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]], half: bool
+) -> List[Tuple[str, bytes]]:
     """The model files' names and contents, config.json last."""
-    config: Dict[str, Any] = model.config()
-    config["format_version"] = FORMAT_VERSION
-    config["dtype"] = "float16" if half else "float32"
-    files = [(WEIGHTS_NAME, state_to_bytes(model, half))]
+    if config.vocab_size and vocab is not None and len(vocab) != config.vocab_size:
+        raise ValueError(f"vocab has {len(vocab)} words but the softmax has {config.vocab_size}")
+    data = config.to_dict()
+    data["format_version"] = FORMAT_VERSION
+    data["dtype"] = "float16" if half else "float32"
+    files = [(WEIGHTS_NAME, state_to_bytes(state, half))]
     if vocab is not None:
         files.append((VOCAB_NAME, "".join(f"{w}\n" for w in vocab).encode("utf-8")))
-    files.append((CONFIG_NAME, json.dumps(config, indent=2).encode("utf-8")))
+    files.append((CONFIG_NAME, json.dumps(data, indent=2).encode("utf-8")))
     return files
 
 
-def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
-    if model.vocab_size and vocab is not None and len(vocab) != model.vocab_size:
-        raise ValueError(f"vocab has {len(vocab)} words but the softmax has {model.vocab_size}")
+def save_model_dir(
+    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None, half: bool = False
+) -> None:
+    """Write a model directory, replacing ``path`` as a whole (its other files, such
+    as a model card, are kept; stale model files are not)."""
+    files = model_file_bytes(config, state, vocab, half)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp"))
     os.chmod(tmp, 0o755)  # mkdtemp makes the directory private
     try:
-        for name, data in model_file_bytes(model, vocab, half):
+        for name, data in files:
             (tmp / name).write_bytes(data)
             os.chmod(tmp / name, 0o644)
         if path.is_dir():  # keep what else the directory holds (a model card), not stale model files
@@ -94,36 +132,48 @@ def save_elmo(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = No
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_model_files(model: "ElmoBiLM", path: Path, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
-    """Write the model files into an existing directory (kept for its other files,
-    e.g. checkpoints), each file atomically; config.json last."""
+def write_model_files(
+    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None, half: bool = False
+) -> None:
+    """Write the model files into a directory, keeping its other files (e.g.
+    checkpoints); each file is written atomically, config.json last."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    for name, data in model_file_bytes(model, vocab, half):
+    for name, data in model_file_bytes(config, state, vocab, half):
         atomic_write_bytes(path / name, data)
 
 
-def read_config(path: Path) -> Dict[str, Any]:
+def read_config(path: Path) -> BiLMConfig:
+    """The config of a model directory."""
     cfg_path = Path(path) / CONFIG_NAME
     if not cfg_path.exists():
         raise OptionsError(f"not an ELMo model directory (no {CONFIG_NAME}): {path}")
     try:
-        return json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+        text = cfg_path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise OptionsError(f"{cfg_path} is not valid JSON: {err}") from None
+    version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else FORMAT_VERSION
+    return _config_from_json_text(text, version, str(cfg_path))
 
 
-def load_elmo(cls: "Type[ElmoBiLM]", path: Path) -> "ElmoBiLM":
+def _config_from_json_text(text: str, version: Any, source: str) -> BiLMConfig:
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise OptionsError(f"{source}: format_version {version} is newer than this spacy-elmo reads ({FORMAT_VERSION})")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise OptionsError(f"{source} is not valid JSON: {err}") from None
+    return BiLMConfig.from_dict(data, source)
+
+
+def read_model_dir(path: Path) -> Tuple[BiLMConfig, State]:
+    """Config and tensors (as stored: float32 or float16) of a model directory."""
     config = read_config(path)
-    version = config.get("format_version", FORMAT_VERSION)
-    if version > FORMAT_VERSION:
-        raise OptionsError(f"{path}: format_version {version} is newer than this spacy-elmo reads ({FORMAT_VERSION})")
-    model = cls.from_config(config)
     weights = Path(path) / WEIGHTS_NAME
     if not weights.exists():
         raise WeightsError(f"ELMo weights file not found: {weights}")
-    load_state_bytes(model, weights.read_bytes(), str(weights))
-    return model
+    return config, state_from_bytes(weights.read_bytes(), str(weights))
 
 
 def read_vocab(path: Path) -> List[str]:

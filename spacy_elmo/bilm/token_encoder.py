@@ -136,7 +136,10 @@ class TokenCache:
         self, char_ids: torch.Tensor, encode: Callable[[torch.Tensor], torch.Tensor], stamp: Tuple
     ) -> torch.Tensor:
         """Outputs for distinct rows ``char_ids`` (n, chars): cached ones looked up,
-        the rest computed with ``encode`` and remembered. Call without autograd."""
+        the rest computed with ``encode`` and remembered. Call without autograd.
+
+        ``char_ids`` are best given on the host: the keys are their bytes; the
+        outputs are on the device ``encode`` computes on."""
         if stamp != self._stamp:
             self.clear()
             self._stamp = stamp
@@ -149,15 +152,15 @@ class TokenCache:
         for i in hit_rows:  # most recently used first, before any eviction
             self._slots.move_to_end(keys[i])
         if not miss_rows:
-            out = self._table[torch.tensor(found, device=char_ids.device)]  # type: ignore[index]
+            out = self._table[torch.tensor(found, device=self._table.device)]  # type: ignore[union-attr,index]
         else:
-            miss_index = torch.tensor(miss_rows, device=char_ids.device)
-            computed = encode(char_ids[miss_index])
+            computed = encode(char_ids[torch.tensor(miss_rows, device=char_ids.device)])
+            miss_index = torch.tensor(miss_rows, device=computed.device)
             out = computed.new_empty(len(keys), computed.shape[1])
             out[miss_index] = computed
             if hit_rows:
-                hit_slots = torch.tensor([found[i] for i in hit_rows], device=char_ids.device)
-                out[torch.tensor(hit_rows, device=char_ids.device)] = self._table[hit_slots]  # type: ignore[index]
+                hit_slots = torch.tensor([found[i] for i in hit_rows], device=computed.device)
+                out[torch.tensor(hit_rows, device=computed.device)] = self._table[hit_slots]  # type: ignore[index]
             self._store([keys[i] for i in miss_rows], computed)
         return out
 

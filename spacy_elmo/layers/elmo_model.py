@@ -1,24 +1,26 @@
 """``spacy-elmo.ElmoModel.v1``: the biLM as a Thinc model, Docs in, all layers out.
 
 The model is built without weights (shapes come from the weights, loaded at
-``nlp.initialize`` by the component's loader). The serialized bytes carry the
-biLM's config next to its tensors, so a saved pipeline rebuilds the same biLM.
+``nlp.initialize`` by the component's loader). Its bytes are ``ElmoBiLM.to_bytes``,
+which carry the biLM's config next to its tensors, so a saved pipeline rebuilds the
+same biLM.
 """
-from typing import Any, Callable, List, Optional, Tuple, cast
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import srsly
 import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats3d
 from torch import nn
 
-from ..bilm import ElmoBiLM
+from ..bilm import BiLMConfig, ElmoBiLM, WeightsError
 from ..bilm.chars import tokens_to_char_ids
-from ..bilm.serialize import load_state_bytes, state_to_bytes
+from ..bilm.serialize import state_from_bytes
 from ..segmentation import batch_segments
+from .torch_shim import TorchModuleShim, torch_module
 from .types import ElmoModelT
 
 DEFAULT_MAX_LENGTH = 256
@@ -35,22 +37,42 @@ class NoWeights(nn.Module):
 
 
 def _serialize(module: nn.Module) -> bytes:
-    if not isinstance(module, ElmoBiLM):
-        return srsly.msgpack_dumps({"config": None, "state": b""})
-    return srsly.msgpack_dumps({"config": module.config(), "state": state_to_bytes(module)})
+    return module.to_bytes() if isinstance(module, ElmoBiLM) else b""
 
 
 def _deserialize(module: nn.Module, data: bytes, device: torch.device) -> nn.Module:
-    msg = srsly.msgpack_loads(data)
-    if msg["config"] is None:
+    if not data:
         return NoWeights()
-    bilm = ElmoBiLM.from_config(msg["config"])
-    load_state_bytes(bilm, msg["state"], "serialized elmo model")
+    try:
+        bilm = ElmoBiLM.from_bytes(data, "serialized elmo model")
+    except WeightsError:
+        legacy = _from_legacy_bytes(data)
+        if legacy is None:
+            raise
+        if not isinstance(legacy, ElmoBiLM):
+            return legacy
+        bilm = legacy
     return bilm.to(device)
 
 
-def _make_shim(module: nn.Module) -> PyTorchShim:
-    return PyTorchShim(module, serialize_model=_serialize, deserialize_model=_deserialize)
+def _from_legacy_bytes(data: bytes) -> Optional[nn.Module]:
+    """Pipelines saved by spacy-elmo 0.1 before ``ElmoBiLM.to_bytes``: msgpack
+    ``{"config": dict or None, "state": safetensors bytes}``."""
+    try:
+        msg = srsly.msgpack_loads(data)
+    except Exception:
+        return None
+    if not isinstance(msg, dict) or set(msg) != {"config", "state"}:
+        return None
+    if msg["config"] is None:
+        return NoWeights()
+    bilm = ElmoBiLM(BiLMConfig.from_dict(msg["config"], "serialized elmo model"))
+    bilm.load_state(state_from_bytes(msg["state"], "serialized elmo model"), "serialized elmo model")
+    return bilm
+
+
+def _make_shim(module: nn.Module) -> TorchModuleShim:
+    return TorchModuleShim(module, serialize_model=_serialize, deserialize_model=_deserialize)
 
 
 @registry.architectures("spacy-elmo.ElmoModel.v1")
@@ -58,7 +80,9 @@ def build_elmo_model_v1() -> ElmoModelT:
     """The ELMo biLM: a list of Docs to an array ``(n_layers, len(doc), width)`` per Doc.
 
     Takes no arguments: the biLM's shapes come from the weights loaded at
-    ``nlp.initialize`` (see ``[initialize.components.elmo.loader]``).
+    ``nlp.initialize`` (see ``[initialize.components.elmo.loader]``). The ``elmo``
+    component passes its ``max_length`` to ``elmo_layers``; a copy made by
+    ``nlp.replace_listeners`` gets it in ``attrs["max_length"]``.
     """
     return Model(
         "elmo",
@@ -77,7 +101,7 @@ def set_bilm(model: Model, bilm: ElmoBiLM) -> None:
 
 def get_bilm(model: Model) -> Optional[ElmoBiLM]:
     """The loaded biLM of an ElmoModel, or None before weights are loaded."""
-    module = model.shims[0]._model
+    module = torch_module(model)
     return module if isinstance(module, ElmoBiLM) else None
 
 
@@ -89,26 +113,35 @@ def require_bilm(model: Model) -> ElmoBiLM:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    return elmo_layers(model, docs, max_length=int(model.attrs["max_length"]), is_train=is_train)
+
+
+def elmo_layers(
+    model: Model, docs: Sequence[Doc], *, max_length: int, is_train: bool
+) -> Tuple[List[Floats3d], Callable]:
+    """All biLM layers of each Doc, each Doc cut into sentences of at most
+    ``max_length`` tokens, and the backprop callback (Docs get no gradient)."""
     bilm = require_bilm(model)
     n_layers, width = bilm.n_layers, bilm.output_dim
-    words, lengths, rows = batch_segments(docs, int(model.attrs["max_length"]))
-    char_ids = torch.from_numpy(tokens_to_char_ids(words, bilm.max_chars)).to(bilm.device)
+    words, lengths, rows = batch_segments(docs, max_length)
+    # Character ids stay on the host: the biLM moves only the distinct tokens.
+    char_ids = torch.from_numpy(tokens_to_char_ids(words, bilm.max_chars))
     Ytorch, torch_backprop = model.shims[0](ArgsKwargs(args=(char_ids, lengths), kwargs={}), is_train)
-    flat = model.ops.asarray(torch2xp(Ytorch))
+    flat = torch2xp(Ytorch, ops=model.ops)
     outputs: List[Floats3d] = []
     start = 0
     for doc, doc_rows in zip(docs, rows):
         out = model.ops.alloc3f(n_layers, len(doc), width)
         if len(doc_rows):
-            out[:, doc_rows] = flat[:, start : start + len(doc_rows)]
+            out[:, model.ops.asarray(doc_rows)] = flat[:, start : start + len(doc_rows)]
         outputs.append(out)
         start += len(doc_rows)
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-        parts = [d[:, r] for d, r in zip(d_outputs, rows) if len(r)]
+        parts = [d[:, model.ops.asarray(r)] for d, r in zip(d_outputs, rows) if len(r)]
         if parts and Ytorch.requires_grad:
             d_flat = model.ops.xp.concatenate(parts, axis=1)
-            torch_backprop(ArgsKwargs(args=(Ytorch,), kwargs={"grad_tensors": (xp2torch(d_flat),)}))
+            torch_backprop(ArgsKwargs(args=(Ytorch,), kwargs={"grad_tensors": (xp2torch(d_flat, device=bilm.device),)}))
         return []
 
     return outputs, backprop
@@ -123,8 +156,12 @@ def no_grad_layers(elmo: ElmoModelT) -> ElmoModelT:
     return Model("elmo_frozen", frozen_forward, layers=[elmo], dims={"nO": None})
 
 
-def layers_to_numpy(layers: Floats3d) -> np.ndarray:
-    """An xp array of layers as a float32 NumPy array (copies from the GPU)."""
-    if isinstance(layers, np.ndarray):
-        return layers.astype(np.float32, copy=False)
-    return cast(np.ndarray, layers.get()).astype(np.float32, copy=False)
+def layers_to_numpy(layerses: Sequence[Floats3d]) -> List[np.ndarray]:
+    """Per-doc layers as float32 NumPy arrays, copied from the GPU in one transfer."""
+    if all(isinstance(x, np.ndarray) for x in layerses):
+        return [x.astype(np.float32, copy=False) for x in layerses]
+    import cupy
+
+    host = cupy.concatenate(list(layerses), axis=1).astype(cupy.float32, copy=False).get()
+    bounds = np.cumsum([0] + [x.shape[1] for x in layerses])
+    return [np.ascontiguousarray(host[:, bounds[i] : bounds[i + 1]]) for i in range(len(layerses))]

@@ -24,6 +24,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..bilm import ScalarMix
 from .elmo_model import no_grad_layers
+from .torch_shim import TorchModuleShim, torch_module
 from .types import ElmoModelT, MixModelT, Tok2VecT
 
 
@@ -104,10 +105,10 @@ def build_scalar_mix(n_layers: int, layer_norm: bool, dropout: float) -> MixMode
         if Xs and Xs[0].shape[0] != n_layers:
             raise ValueError(f"ElmoListener: n_layers = {n_layers}, but the biLM gives {Xs[0].shape[0]} layers")
         flat = model.ops.xp.concatenate(Xs, axis=1) if Xs else model.ops.alloc3f(n_layers, 0, 0)
-        X = xp2torch(flat, requires_grad=is_train)
+        X = xp2torch(flat, requires_grad=is_train, device=model.shims[0].device)
 
         def convert_back(dX: ArgsKwargs) -> List[Floats3d]:
-            d_flat = model.ops.asarray(torch2xp(dX.args[0]))
+            d_flat = torch2xp(dX.args[0], ops=model.ops)
             starts = model.ops.xp.cumsum(model.ops.xp.asarray([0] + lengths))
             return [d_flat[:, int(starts[i]) : int(starts[i + 1])] for i in range(len(lengths))]
 
@@ -115,7 +116,7 @@ def build_scalar_mix(n_layers: int, layer_norm: bool, dropout: float) -> MixMode
 
     def convert_outputs(model: Model, inputs_outputs: Any, is_train: bool) -> Tuple[List[Floats2d], Callable]:
         Xs, Ytorch = inputs_outputs
-        Y = model.ops.asarray(torch2xp(Ytorch))
+        Y = torch2xp(Ytorch, ops=model.ops)
         lengths = [x.shape[1] for x in Xs]
         Ys, start = [], 0
         for n in lengths:
@@ -124,17 +125,25 @@ def build_scalar_mix(n_layers: int, layer_norm: bool, dropout: float) -> MixMode
 
         def convert_for_torch_backward(dYs: List[Floats2d]) -> ArgsKwargs:
             dY = model.ops.xp.concatenate(dYs, axis=0) if dYs else model.ops.alloc2f(0, Y.shape[1])
-            return ArgsKwargs(args=(Ytorch,), kwargs={"grad_tensors": (xp2torch(dY),)})
+            return ArgsKwargs(args=(Ytorch,), kwargs={"grad_tensors": (xp2torch(dY, device=Ytorch.device),)})
 
         return Ys, convert_for_torch_backward
 
-    mix = PyTorchWrapper_v2(
-        ScalarMix(n_layers=n_layers, layer_norm=layer_norm, dropout=dropout),
-        convert_inputs=convert_inputs,
-        convert_outputs=convert_outputs,
-    )
+    module = ScalarMix(n_layers=n_layers, layer_norm=layer_norm, dropout=dropout)
+    mix = PyTorchWrapper_v2(module, convert_inputs=convert_inputs, convert_outputs=convert_outputs)
     mix.name = "elmo_scalar_mix"
+    mix.shims[0] = TorchModuleShim(module)  # thinc's shim, showing its module (get_scalar_mixes)
     return mix
+
+
+def get_scalar_mixes(model: Model) -> List[ScalarMix]:
+    """The ScalarMix of every ELMo listener inside ``model`` (e.g. a task's model)."""
+    found: List[ScalarMix] = []
+    for node in model.walk():
+        module = torch_module(node) if node.name == "elmo_scalar_mix" else None
+        if isinstance(module, ScalarMix) and not any(module is m for m in found):
+            found.append(module)
+    return found
 
 
 @registry.architectures("spacy-elmo.ElmoListener.v1")

@@ -10,7 +10,7 @@
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ..bilm.options import validate_options
+from ..bilm.config import validate_options
 from ..bilm.softmax import SOFTMAX_TYPES
 
 TRAINING_DEFAULTS: Dict[str, Any] = {

@@ -24,7 +24,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..bilm import ElmoBiLM
-from ..bilm.serialize import write_model_files
 from .batches import LMBatch, cut_sentences, epoch_batches, make_batch
 from .corpus import Corpus, build_vocab, target_map
 from .data import load_corpus
@@ -216,7 +215,7 @@ class Trainer:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
         _atomic_torch_save(self.state(), self.output_dir / CHECKPOINT)
-        write_model_files(self.bilm, self.output_dir, vocab=self.vocab)
+        self.bilm.write_files(self.output_dir, vocab=self.vocab)
 
     def _metrics(self, record: Dict[str, Any]) -> None:
         if self.rank == 0:

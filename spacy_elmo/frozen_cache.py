@@ -1,0 +1,66 @@
+"""The ``elmo`` component's memory of frozen-biLM layers for training docs.
+
+With a frozen biLM the layers of a training Doc never change, so they are computed in
+the first epoch and looked up in later ones. The memory holds at most ``cache_mb``
+megabytes of arrays; past that, the least recently used Docs are forgotten.
+"""
+from collections import OrderedDict
+from typing import Hashable, Optional, Tuple
+
+import numpy as np
+from spacy.tokens import Doc
+
+MB = 2**20
+
+
+def doc_key(doc: Doc) -> Tuple:
+    """What the layers of a Doc depend on: its text, its tokens and its sentence starts."""
+    starts = doc.to_array("SENT_START").tobytes() if doc.has_annotation("SENT_START") else None
+    return (doc.text, tuple(t.idx for t in doc), starts)
+
+
+class FrozenLayerCache:
+    """A least-recently-used map from Doc keys to layer arrays, bounded in bytes.
+
+    cache_mb: the bound in megabytes (2**20 bytes) of the arrays held; 0 keeps nothing.
+    A hit returns the very array that was stored.
+    """
+
+    def __init__(self, cache_mb: float) -> None:
+        if cache_mb < 0:
+            raise ValueError(f"cache_mb must be >= 0, got {cache_mb}")
+        self.max_bytes = int(cache_mb * MB)
+        self.nbytes = 0
+        self._arrays: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._arrays
+
+    def get(self, key: Hashable) -> Optional[np.ndarray]:
+        """The array stored under ``key`` (now the most recently used), or None."""
+        arr = self._arrays.get(key)
+        if arr is not None:
+            self._arrays.move_to_end(key)
+        return arr
+
+    def put(self, key: Hashable, arr: np.ndarray) -> bool:
+        """Store ``arr`` under ``key``, forgetting the least recently used arrays until
+        it fits. An array larger than the bound is not stored (returns False)."""
+        if arr.nbytes > self.max_bytes:
+            return False
+        old = self._arrays.pop(key, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
+        while self.nbytes + arr.nbytes > self.max_bytes:
+            _, evicted = self._arrays.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+        self._arrays[key] = arr
+        self.nbytes += arr.nbytes
+        return True
+
+    def clear(self) -> None:
+        self._arrays.clear()
+        self.nbytes = 0
