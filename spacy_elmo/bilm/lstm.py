@@ -69,7 +69,8 @@ class ProjectedLstmLayer(nn.Module):
         # One product for every time step's input projection, both directions.
         x_gates = torch.baddbmm(self.bias.unsqueeze(1), x, self.weight_ih)
         h = x.new_zeros(2, batch_sizes[0], self.projection_dim)
-        c = x.new_zeros(2, batch_sizes[0], C)
+        # The cell state stays in float32 (or wider) under autocast: it sums over steps.
+        c = x.new_zeros(2, batch_sizes[0], C, dtype=torch.promote_types(x.dtype, torch.float32))
         outputs: List[torch.Tensor] = []
         # split (not slicing in the loop): its backward is one concatenation, where each
         # slice's backward would write a zero tensor the size of x_gates.
@@ -80,7 +81,7 @@ class ProjectedLstmLayer(nn.Module):
             c = ifo[..., C : 2 * C] * c[:, :n] + ifo[..., :C] * torch.tanh(z[..., 3 * C :])
             if self.cell_clip is not None:
                 c = torch.clamp(c, -self.cell_clip, self.cell_clip)
-            h = torch.bmm(ifo[..., 2 * C :] * torch.tanh(c), self.weight_proj)
+            h = torch.bmm((ifo[..., 2 * C :] * torch.tanh(c)).to(z.dtype), self.weight_proj)
             if self.proj_clip is not None:
                 h = torch.clamp(h, -self.proj_clip, self.proj_clip)
             outputs.append(h)
@@ -96,7 +97,7 @@ class ProjectedLstmLayer(nn.Module):
         C, P, B = self.cell_dim, self.projection_dim, batch_sizes[0]
         chunk_rows = chunk_size // (4 * C)
         out = x.new_empty(2, x.shape[1], P)  # h of every step; step t reads step t-1's rows
-        c = x.new_zeros(2, B, C)
+        c = x.new_zeros(2, B, C, dtype=torch.promote_types(x.dtype, torch.float32))  # float32 at least
         h0 = x.new_zeros(2, B, P)
         tanh_c = x.new_empty(2 * B * C)  # viewed as a contiguous (2, n, C) each step
         x_gates = x.new_empty(2, min(max(chunk_rows, B), x.shape[1]), 4 * C)

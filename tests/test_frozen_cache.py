@@ -1,0 +1,58 @@
+"""The elmo component's memory of frozen layers: bounded in MB, LRU, exact hits."""
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo.frozen_cache import MB, FrozenLayerCache, doc_key
+
+
+def arr(n_tokens: int, value: float = 0.0) -> np.ndarray:
+    return np.full((3, n_tokens, 1024), value, dtype=np.float32)  # 12 KiB per token
+
+
+def test_never_holds_more_than_the_bound_and_evicts_the_oldest() -> None:
+    cache = FrozenLayerCache(cache_mb=0.5)  # 512 KiB: 42 tokens of 12 KiB
+    for i in range(20):
+        cache.put(i, arr(5, i))  # 60 KiB each
+        assert cache.nbytes <= 0.5 * MB
+        assert cache.nbytes == sum(cache.get(k).nbytes for k in range(20) if k in cache)
+    assert len(cache) == 8 and all(k in cache for k in range(12, 20)) and 11 not in cache
+
+
+def test_a_hit_is_the_stored_array_and_refreshes_it() -> None:
+    cache = FrozenLayerCache(cache_mb=0.25)
+    first = arr(5, 1.0)
+    cache.put("a", first)
+    cache.put("b", arr(5, 2.0))
+    assert cache.get("a") is first  # identical array, now the most recently used
+    cache.put("c", arr(5, 3.0))
+    cache.put("d", arr(5, 4.0))
+    cache.put("e", arr(5, 5.0))  # 5 x 60 KiB > 256 KiB: the least recently used ("b") goes
+    assert "b" not in cache and cache.get("a") is first
+    assert cache.get("missing") is None
+
+
+def test_too_large_or_zero_stores_nothing() -> None:
+    assert not FrozenLayerCache(0).put("a", arr(1))
+    cache = FrozenLayerCache(cache_mb=0.01)
+    assert not cache.put("big", arr(10)) and len(cache) == 0 and cache.nbytes == 0
+    with pytest.raises(ValueError, match="cache_mb"):
+        FrozenLayerCache(-1)
+
+
+def test_replacing_a_key_keeps_the_count_right() -> None:
+    cache = FrozenLayerCache(cache_mb=1)
+    cache.put("a", arr(5))
+    cache.put("a", arr(10))
+    assert len(cache) == 1 and cache.nbytes == arr(10).nbytes
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_doc_key_sees_text_tokens_and_sentence_starts() -> None:
+    nlp = spacy.blank("en")
+    a, b = nlp("A bank. A river."), nlp("A bank. A river.")
+    assert doc_key(a) == doc_key(b)
+    b[3].is_sent_start = True
+    assert doc_key(a) != doc_key(b)
+    assert doc_key(nlp("A bank.")) != doc_key(nlp("A  bank."))
