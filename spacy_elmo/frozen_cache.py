@@ -5,10 +5,14 @@ the first epoch and looked up in later ones. The memory holds at most ``cache_mb
 megabytes of arrays; past that, the least recently used Docs are forgotten.
 """
 from collections import OrderedDict
-from typing import Hashable, Optional, Tuple
+from typing import Any, Callable, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
+from thinc.api import Ops
+from thinc.types import Floats3d
+
+from .layers.elmo_model import layers_to_numpy
 
 MB = 2**20
 
@@ -60,6 +64,27 @@ class FrozenLayerCache:
         self._arrays[key] = arr
         self.nbytes += arr.nbytes
         return True
+
+    def layers(self, docs: Sequence[Doc], predict: Callable[[List[Doc]], List[Floats3d]], ops: Ops) -> List[Floats3d]:
+        """The layers of each Doc: looked up, or computed with ``predict`` (all misses
+        in one call, copied to the host once) and remembered."""
+        if self.max_bytes == 0:
+            return predict(list(docs))
+        keys = [doc_key(doc) for doc in docs]
+        outputs: List[Any] = [None] * len(keys)
+        missing: List[int] = []
+        for i, key in enumerate(keys):
+            arr = self.get(key)
+            if arr is None:
+                missing.append(i)
+            else:
+                outputs[i] = ops.asarray(arr)
+        if missing:
+            fresh = predict([docs[i] for i in missing])
+            for i, layers, arr in zip(missing, fresh, layers_to_numpy(fresh)):
+                self.put(keys[i], arr)
+                outputs[i] = layers
+        return outputs
 
     def clear(self) -> None:
         self._arrays.clear()

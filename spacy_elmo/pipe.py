@@ -1,6 +1,10 @@
 """The ``elmo`` pipeline component: runs the biLM over each Doc's sentences, stores
 all layers in ``doc._.elmo`` and a fixed view in ``doc.tensor``, and feeds the
-listeners of downstream components."""
+listeners of downstream components.
+
+On a GPU the biLM computes in float32 with TF32 off (``ElmoBiLM.allow_tf32``), so a
+sentence gets the same vectors in any batch, within 5e-5; ``doc._.elmo`` is always a
+float32 NumPy array, copied from the device once per batch."""
 import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -15,8 +19,15 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from .bilm import ElmoBiLM
-from .frozen_cache import FrozenLayerCache, doc_key
-from .layers.elmo_model import elmo_layers, get_bilm, layers_to_numpy, no_grad_layers, require_bilm, set_bilm
+from .frozen_cache import FrozenLayerCache
+from .layers.elmo_model import (
+    elmo_layers,
+    get_bilm,
+    layers_to_numpy,
+    require_bilm,
+    set_bilm,
+    set_replace_listener_hooks,
+)
 from .layers.listener import ElmoListener
 
 TENSOR_VIEWS = ("mean", "top", "none")
@@ -132,21 +143,7 @@ class Elmo(TrainablePipe):
         return get_bilm(self.model)
 
     def _set_replace_hooks(self) -> None:
-        frozen, max_length = self.frozen, self.max_length
-
-        def replace_listener(new_model: Model, listener: Model, pipe: Any) -> Model:
-            # The standalone copy has no component to pass max_length: it keeps it.
-            new_model.attrs["max_length"] = max_length
-            return no_grad_layers(new_model) if frozen else new_model
-
-        def replace_listener_cfg(elmo_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict[str, Any]:
-            result = dict(listener_cfg)
-            result["elmo"] = dict(elmo_cfg)
-            result["elmo_frozen"] = frozen
-            return result
-
-        self.model.attrs["replace_listener"] = replace_listener
-        self.model.attrs["replace_listener_cfg"] = replace_listener_cfg
+        set_replace_listener_hooks(self.model, frozen=self.frozen, max_length=self.max_length)
 
     # Listeners (the contract spaCy's Language._link_components expects) ----------
 
@@ -225,23 +222,7 @@ class Elmo(TrainablePipe):
     def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
         """Layers of training docs with a frozen biLM, each computed once while the
         cache (``cache_mb``) holds it."""
-        if self.frozen_cache.max_bytes == 0:
-            return self.predict(docs)
-        keys = [doc_key(doc) for doc in docs]
-        outputs: List[Any] = [None] * len(docs)
-        missing: List[int] = []
-        for i, key in enumerate(keys):
-            arr = self.frozen_cache.get(key)
-            if arr is None:
-                missing.append(i)
-            else:
-                outputs[i] = self.model.ops.asarray(arr)
-        if missing:
-            fresh = self.predict([docs[i] for i in missing])
-            for i, layers, arr in zip(missing, fresh, layers_to_numpy(fresh)):
-                self.frozen_cache.put(keys[i], arr)
-                outputs[i] = layers
-        return outputs
+        return self.frozen_cache.layers(docs, self.predict, self.model.ops)
 
     def update(
         self,
@@ -346,7 +327,4 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             self._set_listener_width(listener)
         self._set_replace_hooks()
-
-    def add_label(self, label: str) -> int:
-        raise NotImplementedError
 

@@ -13,6 +13,7 @@ import torch
 
 from ..util.atomic import atomic_path, atomic_write_text
 from .errors import OptionsError, WeightsError
+from .chars import N_CHARACTERS
 from .config import BiLMConfig
 
 
@@ -80,7 +81,7 @@ def _allennlp_state(config: BiLMConfig, get: Callable[[str, Tuple[int, ...]], np
     F = sum(n for _, n in config.filters)
     state: Dict[str, np.ndarray] = {}
     table = np.zeros((config.n_char_rows, E), dtype=np.float32)
-    table[1:262] = get("char_embed", (261, E))
+    table[1:N_CHARACTERS] = get("char_embed", (N_CHARACTERS - 1, E))
     state["token_encoder.char_embedding.weight"] = table
     for i, (w, n) in enumerate(config.filters):
         kernel = get(f"CNN/W_cnn_{i}", (1, w, E, n))[0]  # (w, E, n)
@@ -119,7 +120,7 @@ def write_allennlp(config: BiLMConfig, state: Mapping[str, torch.Tensor], out_di
     out_dir.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().float().cpu().numpy() for k, v in state.items()}
     forget = _forget_bias(config.cell_dim)
-    data: Dict[str, np.ndarray] = {"char_embed": sd["token_encoder.char_embedding.weight"][1:262]}
+    data: Dict[str, np.ndarray] = {"char_embed": sd["token_encoder.char_embedding.weight"][1:N_CHARACTERS]}
     for i in range(len(config.filters)):
         data[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
         data[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
@@ -138,7 +139,7 @@ def write_allennlp(config: BiLMConfig, state: Mapping[str, torch.Tensor], out_di
             data[f"{prefix}/B"] = _ours_to_tf(sd[f"{base}.bias"][d] - forget)
             data[f"{prefix}/W_P_0"] = sd[f"{base}.weight_proj"][d]
     options = config.to_options()
-    options["char_cnn"]["n_characters"] = 262
+    options["char_cnn"]["n_characters"] = N_CHARACTERS
     with atomic_path(out_dir / "weights.hdf5", suffix=".hdf5") as tmp:
         with h5py.File(tmp, "w") as h5:
             for name, value in data.items():

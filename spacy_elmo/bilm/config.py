@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .chars import MAX_CHARS, N_CHARACTERS
 from .errors import OptionsError
 
 Options = Dict[str, Any]
@@ -61,8 +62,8 @@ class BiLMConfig:
     use_skip_connections: bool = True
     n_highway: int = 0
     activation: str = "relu"
-    n_characters: int = 262
-    max_characters_per_token: int = 50
+    n_characters: int = N_CHARACTERS
+    max_characters_per_token: int = MAX_CHARS
     vocab_size: int = 0
     softmax: Mapping[str, Any] = field(default_factory=lambda: {"type": "full"})
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -80,7 +81,7 @@ class BiLMConfig:
     @property
     def n_char_rows(self) -> int:
         """Rows of the character embedding table (row 0 is padding)."""
-        return max(self.n_characters, 262)
+        return max(self.n_characters, N_CHARACTERS)
 
     @property
     def cell_clip_value(self) -> Optional[float]:
@@ -126,7 +127,7 @@ class BiLMConfig:
         activation = cnn.get("activation", "relu")
         if activation not in ACTIVATIONS:
             raise OptionsError(f"{where_cnn}: unknown activation {activation!r} (expected one of {ACTIVATIONS})")
-        max_chars = cnn.get("max_characters_per_token", 50)
+        max_chars = cnn.get("max_characters_per_token", MAX_CHARS)
         _positive_int(max_chars, "max_characters_per_token", where_cnn)
         widest = max(int(w) for w, _ in filters)
         if widest > max_chars:
@@ -146,7 +147,7 @@ class BiLMConfig:
             filters=tuple((int(w), int(n)) for w, n in filters),
             n_highway=int(cnn.get("n_highway", 0)),
             activation=str(activation),
-            n_characters=int(cnn.get("n_characters", 262)),
+            n_characters=int(cnn.get("n_characters", N_CHARACTERS)),
             max_characters_per_token=int(max_chars),
             extra={k: v for k, v in extra.items() if v},
         )

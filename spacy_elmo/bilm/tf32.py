@@ -12,7 +12,9 @@ def _settings() -> List[Tuple[Any, str, Any]]:
     """(object, attribute, value meaning 'no TF32') for this torch's API."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
-        return [(matmul, "fp32_precision", "ieee"), (cudnn.conv, "fp32_precision", "ieee")]
+        # cuDNN's RNN flag too: with conv and rnn different, torch's legacy getter
+        # (cudnn.allow_tf32) raises for anyone reading it inside the block.
+        return [(matmul, "fp32_precision", "ieee"), (cudnn.conv, "fp32_precision", "ieee"), (cudnn.rnn, "fp32_precision", "ieee")]
     return [(matmul, "allow_tf32", False), (cudnn, "allow_tf32", False)]
 
 

@@ -5,7 +5,7 @@ The model is built without weights (shapes come from the weights, loaded at
 which carry the biLM's config next to its tensors, so a saved pipeline rebuilds the
 same biLM.
 """
-from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import srsly
@@ -154,6 +154,22 @@ def no_grad_layers(elmo: ElmoModelT) -> ElmoModelT:
         return model.layers[0].predict(docs), lambda d: []
 
     return Model("elmo_frozen", frozen_forward, layers=[elmo], dims={"nO": None})
+
+
+def set_replace_listener_hooks(model: Model, *, frozen: bool, max_length: int) -> None:
+    """How ``nlp.replace_listeners`` copies an ElmoModel into a listening component:
+    frozen (no gradient) or not, keeping the component's ``max_length``."""
+
+    def replace_listener(new_model: Model, listener: Model, pipe: Any) -> Model:
+        # The standalone copy has no component to pass max_length: it keeps it.
+        new_model.attrs["max_length"] = max_length
+        return no_grad_layers(new_model) if frozen else new_model
+
+    def replace_listener_cfg(elmo_cfg: Dict[str, Any], listener_cfg: Dict[str, Any]) -> Dict[str, Any]:
+        return {**listener_cfg, "elmo": dict(elmo_cfg), "elmo_frozen": frozen}
+
+    model.attrs["replace_listener"] = replace_listener
+    model.attrs["replace_listener_cfg"] = replace_listener_cfg
 
 
 def layers_to_numpy(layerses: Sequence[Floats3d]) -> List[np.ndarray]:
