@@ -245,8 +245,8 @@ def test_init_from_saved_model(trained, wikitext_slice, tmp_path):
     trainer = Trainer(cfg, tmp_path / "warm", log=lambda s: None)
     for name, value in ElmoBiLM.load(out).state_dict().items():
         torch.testing.assert_close(trainer.bilm.state_dict()[name], value, rtol=0, atol=0)
-    bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "vocab.size": 1500})
-    with pytest.raises(ValueError, match="paths.init"):
+    bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "model.lstm.dim": 64})
+    with pytest.raises(ValueError, match="paths.init.*differs from the init model in lstm.dim"):
         Trainer(bad, tmp_path / "bad", log=lambda s: None)
 
 

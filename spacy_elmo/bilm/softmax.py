@@ -30,7 +30,13 @@ class FullSoftmax(nn.Module):
 class AdaptiveSoftmax(nn.Module):
     def __init__(self, projection_dim: int, vocab_size: int, cutoffs: Any, div_value: float) -> None:
         super().__init__()
-        cutoffs = [int(c) for c in cutoffs if 0 < int(c) < vocab_size]
+        given = [int(c) for c in cutoffs]
+        cutoffs = [c for c in given if 0 < c < vocab_size]
+        if not cutoffs:
+            raise ValueError(
+                f"adaptive softmax: no cutoff in {given} is below the vocabulary size ({vocab_size}); "
+                'use softmax type "full" or smaller cutoffs'
+            )
         self.proj = nn.AdaptiveLogSoftmaxWithLoss(projection_dim, vocab_size, cutoffs, div_value=div_value)
 
     def nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

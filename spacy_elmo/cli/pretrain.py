@@ -27,13 +27,14 @@ def _clear_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def prepare(texts: List[Path], output: Path, kind: str = "auto") -> Dict[str, int]:
-    """Tokenize and sentence-split raw text files once into a prepared corpus file."""
+def prepare(texts: List[Path], output: Path, kind: str = "auto", lang: str = "en") -> Dict[str, int]:
+    """Tokenize (``spacy.blank(lang)``) and sentence-split raw text files once into a
+    prepared corpus file."""
     from ..pretrain.data import prepare_corpus
 
     if not texts:
         raise ValueError("prepare: no input text files given")
-    corpus = prepare_corpus(texts, kind)
+    corpus = prepare_corpus(texts, kind, lang=lang)
     corpus.save(output)
     return {"sentences": corpus.n_sentences, "tokens": corpus.n_tokens, "types": len(corpus.types)}
 
@@ -88,9 +89,10 @@ def prepare_cli(
     texts: List[Path] = typer.Argument(..., help="raw text files (.txt, .gz, or an aclImdb .tar.gz)"),
     output: Path = typer.Option(..., "--output", "-o", help="prepared corpus file (.npz)"),
     kind: str = typer.Option("auto", "--kind", help="auto, plain, wikitext or imdb"),
+    lang: str = typer.Option("en", "--lang", help="language code of spaCy's tokenizer (spacy.blank(LANG)), e.g. de, fr"),
 ) -> None:
     """Tokenize and sentence-split raw text once into the corpus file pretraining reads."""
-    stats = prepare(texts, output, kind)
+    stats = prepare(texts, output, kind, lang=lang)
     typer.echo(f"Wrote {output}: {stats['sentences']:,} sentences, {stats['tokens']:,} tokens, {stats['types']:,} types")
 
 

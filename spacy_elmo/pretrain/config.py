@@ -1,9 +1,16 @@
 """The pretraining config: sections, defaults and validation.
 
 [paths] train, dev: prepared corpus files (``prepare``) or raw text files; init (optional):
-    a model directory to start from (same shapes and vocabulary), with a fresh optimizer.
-[model]: the biLM options in the options.json form ([model.lstm], [model.char_cnn]).
-[vocab] size: output vocabulary size (top words by frequency, incl. <S>, </S>, <unk>).
+    the model to continue from, with a fresh optimizer: a spacy-elmo model directory,
+    published weights (a directory with options + one .hdf5, the .hdf5 file, or the list
+    [options.json, weights.hdf5]) or a published model name (see ``pretrain/init.py``).
+[model]: the biLM options in the options.json form ([model.lstm], [model.char_cnn]); with
+    paths.init it may be left empty (the shapes come from the init model; a non-empty
+    [model] must agree with it).
+[vocab] size: output vocabulary size (top words by frequency, incl. <S>, </S>, <unk>);
+    from_init (default true): with paths.init, keep the init model's vocabulary and softmax
+    (words outside it become <unk>); false, or an init model without softmax (published
+    weights): a fresh softmax over the corpus's top ``size`` words.
 [softmax] type ("adaptive" or "full"), cutoffs, div_value: the LM output layer.
 [training]: see TRAINING_DEFAULTS.
 """
@@ -53,9 +60,18 @@ def validate_pretrain_config(config: Dict[str, Any]) -> Dict[str, Any]:
     for key in ("max_steps", "batch_tokens", "max_sentence_length", "checkpoint_every", "eval_every", "log_every"):
         if int(training[key]) < 1:
             raise ValueError(f"pretrain config: training.{key} must be >= 1")
-    cfg["model"] = validate_options(cfg["model"], source="pretrain config [model]")
-    if int(cfg["vocab"].get("size", 0)) < 4:
-        raise ValueError("pretrain config: [vocab] size must be at least 4")
+    init = cfg["paths"].get("init")
+    if cfg["model"] or not init:  # with paths.init, an empty [model] is taken from the init model
+        cfg["model"] = validate_options(cfg["model"], source="pretrain config [model]")
+    vocab = cfg["vocab"]
+    unknown = set(vocab) - {"size", "from_init"}
+    if unknown:
+        raise ValueError(f"pretrain config: unknown [vocab] settings {sorted(unknown)} (expected size, from_init)")
+    if not isinstance(vocab.setdefault("from_init", True), bool):
+        raise ValueError(f"pretrain config: vocab.from_init must be true or false, not {vocab['from_init']!r}")
+    if vocab.get("size") is not None or not init:
+        if isinstance(vocab.get("size"), bool) or not isinstance(vocab.get("size", 0), int) or int(vocab.get("size", 0)) < 4:
+            raise ValueError(f"pretrain config: [vocab] size must be an integer of at least 4, not {vocab.get('size')!r}")
     softmax = dict(cfg.get("softmax") or {"type": "adaptive"})
     if softmax.get("type", "adaptive") not in SOFTMAX_TYPES:
         raise ValueError(f"pretrain config: unknown softmax type {softmax.get('type')!r} (expected {SOFTMAX_TYPES})")

@@ -6,9 +6,9 @@ from .corpus import Corpus, build_corpus, concat_corpora
 from .text import read_paragraphs, tokenize
 
 
-def prepare_corpus(paths: Sequence[Path], kind: str = "auto") -> Corpus:
-    """Tokenize and sentence-split raw text files into a Corpus; prepared corpora
-    (``.npz``) among them are read as they are and joined in order."""
+def prepare_corpus(paths: Sequence[Path], kind: str = "auto", lang: str = "en") -> Corpus:
+    """Tokenize (``spacy.blank(lang)``) and sentence-split raw text files into a Corpus;
+    prepared corpora (``.npz``) among them are read as they are and joined in order."""
     prepared = [Corpus.load(Path(p)) for p in paths if Path(p).suffix == ".npz"]
     raw = [Path(p) for p in paths if Path(p).suffix != ".npz"]
 
@@ -16,7 +16,7 @@ def prepare_corpus(paths: Sequence[Path], kind: str = "auto") -> Corpus:
         for path in raw:
             yield from read_paragraphs(path, kind)
 
-    return concat_corpora(prepared + ([build_corpus(tokenize(paragraphs()))] if raw else []))
+    return concat_corpora(prepared + ([build_corpus(tokenize(paragraphs(), lang=lang))] if raw else []))
 
 
 def load_corpus(path: Path) -> Corpus:

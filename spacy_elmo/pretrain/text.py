@@ -1,6 +1,7 @@
 """Raw text to sentences of tokens, as the ``elmo`` component will see them.
 
-Tokenization is spaCy's English tokenizer; sentences are cut by
+Tokenization is spaCy's tokenizer for the text's language (``spacy.blank(lang)``, English
+by default: any language spaCy has a tokenizer for); sentences are cut by
 ``spacy_elmo.segmentation`` (the rule the component uses on Docs without boundaries:
 spaCy's ``Sentencizer``); whitespace tokens are dropped. Source quirks:
 
@@ -67,14 +68,25 @@ def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
         yield line
 
 
-def tokenize(paragraphs: Iterable[str], batch_size: int = 1000) -> Iterator[List[str]]:
-    """Sentences (lists of token strings) of the paragraphs, cut as the ``elmo``
-    component cuts a Doc without sentence boundaries (``segmentation.doc_sentences``)."""
-    import spacy
-
+def tokenize(paragraphs: Iterable[str], batch_size: int = 1000, lang: str = "en") -> Iterator[List[str]]:
+    """Sentences (lists of token strings) of the paragraphs, tokenized by
+    ``spacy.blank(lang)`` and cut as the ``elmo`` component cuts a Doc without sentence
+    boundaries (``segmentation.doc_sentences``)."""
     from ..segmentation import doc_sentences
 
-    nlp = spacy.blank("en")
+    nlp = blank_tokenizer(lang)
     for doc in nlp.tokenizer.pipe(paragraphs, batch_size=batch_size):
         for sent in doc_sentences(doc):
             yield ["<unk>" if text == UNK_PLACEHOLDER else text for text in sent]
+
+
+def blank_tokenizer(lang: str):
+    """``spacy.blank(lang)``, with a clear error for a language code spaCy does not know."""
+    import spacy
+    from spacy.util import get_lang_class
+
+    try:
+        get_lang_class(lang)
+    except ImportError:
+        raise ValueError(f"no spaCy tokenizer for language {lang!r} (use a code such as en, de, fr, xx)") from None
+    return spacy.blank(lang)

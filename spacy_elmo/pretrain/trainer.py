@@ -27,6 +27,7 @@ from ..bilm import ElmoBiLM
 from .batches import LMBatch, cut_sentences, epoch_batches, make_batch
 from .corpus import Corpus, build_vocab, target_map
 from .data import load_corpus
+from .init import load_init_weights, read_init, settle_config
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -56,12 +57,6 @@ def learning_rate(step: int, training: Dict[str, Any]) -> float:
     scale = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
     decay = 1.0 - (1.0 - float(training["final_lr_ratio"])) * min(1.0, step / max(1, total))
     return lr * scale * decay
-
-
-def _has_vocab(path: Path) -> bool:
-    from ..bilm.serialize import VOCAB_NAME
-
-    return (path / VOCAB_NAME).exists()
 
 
 def _rank_world() -> Tuple[int, int]:
@@ -135,13 +130,12 @@ class Trainer:
             self.device = torch.device("cpu")
         self.train = load_corpus(Path(config["paths"]["train"]))
         self.dev = load_corpus(Path(config["paths"]["dev"])) if config["paths"].get("dev") else None
-        init_path = config["paths"].get("init")
-        if init_path and config["vocab"].get("from_init", True) and _has_vocab(Path(init_path)):
-            # continued pretraining: the init model's vocabulary (and softmax) is kept;
-            # words of the new corpus outside it become <unk>
-            from ..bilm.serialize import read_vocab
-
-            self.vocab = read_vocab(Path(init_path))
+        # continued pretraining (paths.init): shapes from the init model; its vocabulary and
+        # softmax kept unless it has none or [vocab] from_init = false (see pretrain/init.py)
+        init = read_init(config["paths"]["init"]) if config["paths"].get("init") else None
+        keep_softmax = settle_config(config, init, log) if init is not None else False
+        if keep_softmax:
+            self.vocab = list(init.vocab)
         else:
             self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
         self.train_targets = target_map(self.train, self.vocab)
@@ -149,8 +143,9 @@ class Trainer:
         self.lengths = np.diff(self.offsets)
         torch.manual_seed(int(self.training["seed"]))
         self.bilm = ElmoBiLM(config["model"], vocab_size=len(self.vocab), softmax_options=config["softmax"])
-        if config["paths"].get("init"):
-            self._init_from(Path(config["paths"]["init"]))
+        if init is not None:
+            load_init_weights(self.bilm, init, keep_softmax)
+            del init
         self.bilm.to(self.device)
         self.char_table = self.train.char_table(self.bilm.max_chars)
         self.loss = BiLMLoss(self.bilm, float(self.training["dropout"]))
@@ -162,16 +157,6 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.training["amp"] == "fp16")
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
-
-    def _init_from(self, path: Path) -> None:
-        """Start from the weights of a saved model (e.g. a shipped float16 one) with a fresh
-        optimizer and schedule; its shapes and vocabulary must match this config."""
-        from ..bilm.serialize import read_vocab
-
-        init = ElmoBiLM.load(path)
-        if init.options != self.bilm.options or read_vocab(path) != self.vocab:
-            raise ValueError(f"paths.init {path}: its shapes or vocabulary differ from this config and corpus")
-        self.bilm.load_state_dict(init.state_dict())
 
     # State -----------------------------------------------------------------------
 

@@ -1,0 +1,149 @@
+"""``paths.init``: the model a pretraining run starts from (continued pretraining).
+
+The init model is one of:
+- a directory in the project's own format (config.json + model.safetensors [+ vocab.txt]);
+- published weights: a directory with an options file and one ``.hdf5`` file, the ``.hdf5``
+  file itself (its options beside it: ``options.json`` or AllenNLP's
+  ``<stem>_options.json`` for ``<stem>_weights.hdf5``), or a list of the two files
+  ``[options.json, weights.hdf5]``;
+- the name of a published model (``spacy_elmo.published``), downloaded once into the cache.
+
+What is kept: the biLM's shapes always come from the init model (a config whose [model] is
+not empty must agree with it). With ``[vocab] from_init = true`` (the default) and an init
+model that has a softmax, its vocabulary and softmax are kept, and words of the new corpus
+outside that vocabulary become ``<unk>``. Otherwise (published weights carry no softmax, or
+``from_init = false``) a fresh softmax ([softmax]) is trained over the top ``[vocab] size``
+words of the new corpus, on top of the init model's character layer and LSTMs.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from ..bilm import ElmoBiLM
+from ..bilm.options import validate_options
+
+InitPath = Union[str, Path, Sequence[Union[str, Path]]]
+
+
+@dataclass
+class InitModel:
+    """A loaded init model. ``vocab`` and ``softmax_options`` are None when it has no softmax."""
+
+    source: str
+    bilm: ElmoBiLM
+    vocab: Optional[List[str]]
+    softmax_options: Optional[Dict[str, Any]]
+
+
+def read_init(init: InitPath) -> InitModel:
+    """Load ``paths.init`` in any of the accepted forms (see the module docstring)."""
+    from ..bilm.serialize import CONFIG_NAME, VOCAB_NAME, read_vocab
+
+    if not isinstance(init, (str, Path)):
+        files = [Path(p) for p in init]
+        if len(files) != 2:
+            raise ValueError(f"paths.init: a list must name two files, [options.json, weights.hdf5]; got {len(files)}")
+        options, weights = sorted(files, key=lambda p: p.suffix.lower() in (".hdf5", ".h5"))
+        return _allennlp(options, weights)
+    path = Path(init)
+    if path.is_dir() and (path / CONFIG_NAME).exists():
+        bilm = ElmoBiLM.load(path)
+        has_softmax = bilm.vocab_size > 0 and (path / VOCAB_NAME).exists()
+        vocab = read_vocab(path) if has_softmax else None
+        softmax = bilm.config().get("softmax") if has_softmax else None
+        return InitModel(str(path), bilm, vocab, softmax)
+    if path.is_dir():
+        hdf5 = sorted(path.glob("*.hdf5"))
+        if len(hdf5) != 1:
+            raise ValueError(
+                f"paths.init {path}: expected a spacy-elmo model directory (config.json) or a directory "
+                f"with an options file and one .hdf5 weights file (found {len(hdf5)} .hdf5 files)"
+            )
+        return _allennlp(_options_beside(hdf5[0]), hdf5[0])
+    if path.is_file() and path.suffix.lower() in (".hdf5", ".h5"):
+        return _allennlp(_options_beside(path), path)
+    if not path.exists():
+        from ..published import PUBLISHED, fetch_published
+
+        if str(init) in PUBLISHED:
+            options, weights = fetch_published(str(init))
+            return _allennlp(options, weights)
+        raise ValueError(
+            f"paths.init {path}: no such file or directory, and not a published model name ({', '.join(PUBLISHED)})"
+        )
+    raise ValueError(f"paths.init {path}: expected a model directory, an .hdf5 weights file or a published name")
+
+
+def _options_beside(weights: Path) -> Path:
+    candidates = [weights.parent / "options.json"]
+    if weights.stem.endswith("_weights"):
+        candidates.insert(0, weights.parent / (weights.stem[: -len("_weights")] + "_options.json"))
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    raise ValueError(
+        f"paths.init {weights}: no options file beside it (looked for {', '.join(c.name for c in candidates)}); "
+        "give both files: init = [\"options.json\", \"weights.hdf5\"]"
+    )
+
+
+def _allennlp(options: Path, weights: Path) -> InitModel:
+    return InitModel(f"{options} + {weights}", ElmoBiLM.from_allennlp(options, weights), None, None)
+
+
+def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], None] = print) -> bool:
+    """Fill ``config`` from the init model, in place: [model] (an empty [model] is taken from
+    init; a non-empty one must agree) and, when the softmax is kept, [softmax] and [vocab]
+    size. Returns whether the init model's vocabulary and softmax are kept."""
+    options = init.bilm.options
+    if config.get("model"):
+        given = validate_options(config["model"], source="pretrain config [model]")
+        diff = _differences(given, options)
+        if diff:
+            raise ValueError(
+                f"paths.init {init.source}: the config's [model] differs from the init model in {', '.join(diff)}; "
+                "the shapes come from the init model: make [model] match it or leave [model] empty"
+            )
+    config["model"] = options
+    keep = bool(config["vocab"].get("from_init", True)) and init.vocab is not None
+    if keep:
+        config["vocab"]["size"] = len(init.vocab)
+        config["softmax"] = dict(init.softmax_options or {"type": "full"})
+        log(f"Continuing {init.source}: its vocabulary ({len(init.vocab):,} words) and softmax are kept; "
+            "words outside it are <unk>")
+    else:
+        if int(config["vocab"].get("size") or 0) < 4:
+            raise ValueError("pretrain config: [vocab] size (at least 4) is needed for a fresh softmax over the corpus")
+        why = "it has no softmax" if init.vocab is None else "vocab.from_init = false"
+        log(f"Starting from {init.source} ({why}): a fresh softmax over the corpus's top "
+            f"{int(config['vocab']['size']):,} words")
+    return keep
+
+
+def load_init_weights(bilm: ElmoBiLM, init: InitModel, keep_softmax: bool) -> None:
+    """Copy the init model's weights into ``bilm`` (the softmax too when it is kept)."""
+    state = {k: v for k, v in init.bilm.state_dict().items() if keep_softmax or not k.startswith("softmax.")}
+    missing, unexpected = bilm.load_state_dict(state, strict=False)
+    missing = [k for k in missing if keep_softmax or not k.startswith("softmax.")]
+    if missing or unexpected:
+        raise ValueError(f"paths.init {init.source}: weights do not fit (missing {missing}, unexpected {unexpected})")
+
+
+def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List[str]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        name = f"{prefix}{key}"
+        if key == "n_characters":  # 261 in training files, 262 after; both load the same
+            continue
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out.extend(_differences(x, y, name + "."))
+        elif _plain(x) != _plain(y):
+            out.append(f"{name} ({x!r} vs {y!r})")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,192 @@
+"""Continued pretraining (paths.init in both formats, [vocab] from_init) and prepare --lang."""
+import gzip
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from thinc.api import Config
+
+from conftest import REPO
+from spacy_elmo import ElmoBiLM
+from spacy_elmo.pretrain.config import validate_pretrain_config
+from spacy_elmo.pretrain.corpus import Corpus, build_vocab
+from spacy_elmo.pretrain.data import prepare_corpus
+from spacy_elmo.pretrain.text import tokenize
+from spacy_elmo.pretrain.trainer import Trainer
+
+TINY = REPO / "configs" / "pretrain" / "tiny.cfg"
+GERMAN = [
+    "Die Straßenbahn fährt heute wegen Bauarbeiten nicht bis zum Hauptbahnhof.",
+    "Wir haben z.B. gestern im Biergarten gesessen, obwohl es geregnet hat.",
+    "Der Ausschuss vertagte die Entscheidung über den Haushaltsentwurf auf nächste Woche.",
+    "Kinder unter sechs Jahren fahren kostenlos mit, Hunde brauchen eine eigene Fahrkarte.",
+    "Das Museum öffnet am Sonntag erst um elf Uhr. Der Eintritt ist frei!",
+] * 8
+
+
+@pytest.fixture(scope="module")
+def corpora(shared_dir, tmp_path_factory):
+    """An English corpus (300 lines of WikiText-2 train) and a German one, prepared."""
+    out = tmp_path_factory.mktemp("continue")
+    with gzip.open(shared_dir / "data" / "wikitext2" / "train.txt.gz", "rt", encoding="utf-8") as f:
+        (out / "wikitext_en.txt").write_text("".join(next(f) for _ in range(300)), encoding="utf-8")
+    prepare_corpus([out / "wikitext_en.txt"]).save(out / "en.npz")
+    (out / "de.txt").write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
+    prepare_corpus([out / "de.txt"], lang="de").save(out / "de.npz")
+    return out
+
+
+def config(train: Path, init=None, model: bool = True, **overrides):
+    cfg = Config().from_disk(TINY, interpolate=True)
+    cfg["paths"].update({"train": str(train), "dev": None, "init": init})
+    cfg["training"].update({"threads": 1, "max_steps": 2, "log_every": 1, "eval_every": 1000})
+    if not model:
+        cfg["model"] = {}
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        cfg[section][name] = value
+    return validate_pretrain_config(dict(cfg))
+
+
+@pytest.fixture(scope="module")
+def own_init(corpora, tmp_path_factory) -> Path:
+    """A model in the project's own format, with an English vocabulary and a softmax."""
+    cfg = config(corpora / "en.npz")
+    vocab = build_vocab(Corpus.load(corpora / "en.npz"), 500)
+    torch.manual_seed(1)
+    bilm = ElmoBiLM(cfg["model"], vocab_size=len(vocab), softmax_options=cfg["softmax"])
+    path = tmp_path_factory.mktemp("own") / "model"
+    bilm.save(path, vocab=vocab)
+    return path
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+def test_keeps_the_init_vocabulary_and_softmax(corpora, own_init, tmp_path):
+    logs = []
+    trainer = Trainer(config(corpora / "de.npz", init=str(own_init), model=False), tmp_path / "run", log=logs.append)
+    init = ElmoBiLM.load(own_init)
+    vocab = (own_init / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert trainer.vocab == vocab and "vocabulary (500 words) and softmax are kept" in logs[0]
+    for name, value in init.state_dict().items():  # softmax included
+        assert same(trainer.bilm.state_dict()[name], value), name
+    types = trainer.train.types
+    targets = dict(zip(types, trainer.train_targets.tolist()))
+    assert "Straßenbahn" not in vocab and targets["Straßenbahn"] == vocab.index("<unk>")
+    assert targets["."] == vocab.index(".") and targets[","] == vocab.index(",")
+    result = trainer.run()
+    assert result["step"] == 2
+    assert (tmp_path / "run" / "vocab.txt").read_text(encoding="utf-8").splitlines() == vocab
+    # a non-empty [model] that agrees with the init model is accepted too
+    Trainer(config(corpora / "de.npz", init=str(own_init)), tmp_path / "run2", log=lambda s: None)
+
+
+def test_from_init_false_trains_a_fresh_softmax_over_the_corpus(corpora, own_init, tmp_path):
+    with pytest.raises(ValueError, match=r"no cutoff in \[200, 1000\] is below the vocabulary size \(62\)"):
+        Trainer(config(corpora / "de.npz", init=str(own_init), **{"vocab.from_init": False}), tmp_path / "x")
+    cfg = config(corpora / "de.npz", init=str(own_init), **{"vocab.from_init": False, "vocab.size": 100,
+                                                            "softmax.type": "full"})
+    trainer = Trainer(cfg, tmp_path / "run", log=lambda s: None)
+    assert trainer.vocab == build_vocab(Corpus.load(corpora / "de.npz"), 100)
+    init = ElmoBiLM.load(own_init).state_dict()
+    state = trainer.bilm.state_dict()
+    for name, value in init.items():
+        if not name.startswith("softmax."):
+            assert same(state[name], value), name
+    assert trainer.bilm.vocab_size == len(trainer.vocab) <= 100
+
+
+@pytest.mark.parametrize("form", ["dir", "hdf5", "list", "allennlp-names"])
+def test_allennlp_weights_as_init(form, corpora, tiny_dir, tiny_bilm, tmp_path):
+    folder = tmp_path / "published"
+    folder.mkdir()
+    if form == "allennlp-names":
+        options, weights = folder / "elmo_tiny_options.json", folder / "elmo_tiny_weights.hdf5"
+    else:
+        options, weights = folder / "options.json", folder / "weights.hdf5"
+    shutil.copy(tiny_dir / "options.json", options)
+    shutil.copy(tiny_dir / "weights.hdf5", weights)
+    init = {"dir": str(folder), "hdf5": str(weights), "list": [str(weights), str(options)],
+            "allennlp-names": str(weights)}[form]
+    logs = []
+    cfg = config(corpora / "en.npz", init=init, model=False, **{"vocab.size": 300})
+    trainer = Trainer(cfg, tmp_path / "run", log=logs.append)
+    assert "it has no softmax" in logs[0] and "fresh softmax" in logs[0]
+    assert trainer.bilm.options["lstm"]["dim"] == 64  # the shapes come from the weights
+    assert trainer.vocab == build_vocab(Corpus.load(corpora / "en.npz"), 300)
+    state = trainer.bilm.state_dict()
+    for name, value in tiny_bilm.state_dict().items():
+        assert same(state[name], value), name
+    assert trainer.run()["step"] == 2
+    assert ElmoBiLM.load(tmp_path / "run").vocab_size == len(trainer.vocab)
+
+
+def test_model_that_disagrees_with_init_is_an_error(corpora, tiny_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"differs from the init model in .*lstm\.dim \(128 vs 64\)"):
+        Trainer(config(corpora / "en.npz", init=str(tiny_dir / "weights.hdf5")), tmp_path / "x", log=lambda s: None)
+
+
+def test_init_errors(corpora, tmp_path):
+    with pytest.raises(ValueError, match="no such file or directory, and not a published model name"):
+        Trainer(config(corpora / "en.npz", init=str(tmp_path / "missing"), model=False), tmp_path / "x", log=print)
+    (tmp_path / "lone.hdf5").write_bytes(b"")
+    with pytest.raises(ValueError, match="no options file beside it"):
+        Trainer(config(corpora / "en.npz", init=str(tmp_path / "lone.hdf5"), model=False), tmp_path / "x", log=print)
+    with pytest.raises(ValueError, match="a list must name two files"):
+        Trainer(config(corpora / "en.npz", init=[str(tmp_path / "lone.hdf5")], model=False), tmp_path / "x", log=print)
+
+
+def test_published_name_as_init(corpora, tiny_dir, tiny_bilm, tmp_path, monkeypatch):
+    from test_published import Server
+
+    from spacy_elmo.published import PUBLISHED, PublishedModel
+
+    weights = (tiny_dir / "weights.hdf5").read_bytes()
+    monkeypatch.setitem(PUBLISHED, "tiny-test", PublishedModel(
+        "tiny-test", "the tiny fixture", "http://127.0.0.1:9", "t/options.json", "t/weights.hdf5",
+        weights_size=len(weights), weights_sha256=hashlib.sha256(weights).hexdigest()))
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    with Server() as server:
+        server.files.update({"/t/options.json": (tiny_dir / "options.json").read_bytes(), "/t/weights.hdf5": weights})
+        monkeypatch.setenv("SPACY_ELMO_MIRROR", server.url)
+        trainer = Trainer(config(corpora / "en.npz", init="tiny-test", model=False), tmp_path / "run", log=lambda s: None)
+    for name, value in tiny_bilm.state_dict().items():
+        assert same(trainer.bilm.state_dict()[name], value), name
+
+
+def test_config_validation_of_vocab_and_model(corpora):
+    with pytest.raises(ValueError, match="vocab.from_init must be true or false"):
+        config(corpora / "en.npz", **{"vocab.from_init": "yes"})
+    with pytest.raises(ValueError, match=r"unknown \[vocab\] settings \['cutoff'\]"):
+        config(corpora / "en.npz", **{"vocab.cutoff": 3})
+    with pytest.raises(ValueError, match=r"\[vocab\] size must be an integer of at least 4"):
+        config(corpora / "en.npz", **{"vocab.size": 2})
+    with pytest.raises(ValueError, match=r"\[model\]"):
+        config(corpora / "en.npz", model=False)  # no init: [model] is needed
+    cfg = config(corpora / "en.npz", init="somewhere", model=False)
+    assert cfg["model"] == {} and cfg["vocab"]["from_init"] is True
+
+
+def test_prepare_lang_tokenizes_with_that_language(corpora, tmp_path):
+    german = "Wir gehen z.B. ins Kino."
+    assert list(tokenize([german], lang="de")) == [["Wir", "gehen", "z.B.", "ins", "Kino", "."]]
+    assert list(tokenize([german], lang="en"))[0][2:4] == ["z.", "B."]  # English rules split it
+    french = "L'homme qu'on voit est là. C'est vrai !"
+    assert list(tokenize([french], lang="fr")) == [["L'", "homme", "qu'", "on", "voit", "est", "là", "."],
+                                                  ["C'", "est", "vrai", "!"]]
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    (tmp_path / "fr.txt").write_text(french + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["prepare", str(tmp_path / "fr.txt"), "--lang", "fr", "-o", str(tmp_path / "fr.npz")])
+    assert result.exit_code == 0, result.output
+    corpus = Corpus.load(tmp_path / "fr.npz")
+    assert corpus.n_sentences == 2 and corpus.n_tokens == 12 and "qu'" in corpus.types
+    result = CliRunner().invoke(app, ["prepare", str(tmp_path / "fr.txt"), "--lang", "zz", "-o", str(tmp_path / "x.npz")])
+    assert result.exit_code != 0 and "no spaCy tokenizer for language 'zz'" in result.output
+    assert not (tmp_path / "x.npz").exists()
