@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from ..bilm import ElmoBiLM
-from ..bilm.options import validate_options
+from ..bilm.config import validate_options
 
 InitPath = Union[str, Path, Sequence[Union[str, Path]]]
 
@@ -50,7 +50,7 @@ def read_init(init: InitPath) -> InitModel:
         bilm = ElmoBiLM.load(path)
         has_softmax = bilm.vocab_size > 0 and (path / VOCAB_NAME).exists()
         vocab = read_vocab(path) if has_softmax else None
-        softmax = bilm.config().get("softmax") if has_softmax else None
+        softmax = dict(bilm.config.softmax) if has_softmax else None
         return InitModel(str(path), bilm, vocab, softmax)
     if path.is_dir():
         hdf5 = sorted(path.glob("*.hdf5"))
