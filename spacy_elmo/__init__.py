@@ -7,6 +7,7 @@ from .bilm import ElmoBiLM, OptionsError, ScalarMix, WeightsError
 
 __version__ = "0.1.0"
 
-__all__ = ["ElmoBiLM", "ScalarMix", "OptionsError", "WeightsError", "__version__"]
+__all__ = ["ElmoBiLM", "ScalarMix", "OptionsError", "WeightsError", "restore_elmo_hooks", "set_elmo_hooks", "__version__"]
 
 from . import layers, loaders, pipe  # noqa: E402,F401  (registers the factory, architectures, loaders)
+from .hooks import restore_elmo_hooks, set_elmo_hooks  # noqa: E402

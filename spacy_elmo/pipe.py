@@ -20,6 +20,7 @@ from thinc.types import Floats3d
 
 from .bilm import ElmoBiLM
 from .frozen_cache import FrozenLayerCache
+from .hooks import set_elmo_hooks
 from .layers.elmo_model import (
     elmo_layers,
     get_bilm,
@@ -76,6 +77,9 @@ def make_elmo(
     max_length: longest biLM sentence in tokens; longer sentences are cut.
     tensor: what ``doc.tensor`` holds: "mean" of the layers, the "top" layer, or
         "none" (leave doc.tensor alone, e.g. for a tok2vec in the same pipeline).
+        Token/Span/Doc ``.vector`` and ``.similarity`` use this view through user
+        hooks; with "none" they use the mean of ``doc._.elmo`` (no hooks when
+        ``store_layers`` is false too).
     store_layers: set ``doc._.elmo`` (all layers). False saves memory on large
         corpora, but no listener can then read from the Doc.
     cache_mb: with ``frozen``, the layers of training docs are computed once and
@@ -216,6 +220,8 @@ class Elmo(TrainablePipe):
                 doc.tensor = arr.mean(axis=0)
             elif view == "top":
                 doc.tensor = np.ascontiguousarray(arr[-1])
+            # Token/Span/Doc vectors and similarity from the ELMo vectors (hooks.py).
+            set_elmo_hooks(doc, view)
 
     # Training ---------------------------------------------------------------------
 
