@@ -107,3 +107,14 @@ def test_width_mismatch_is_a_clear_error(nlp, tiny_dir):
     other.tensor = np.ones((1, 7), dtype="float32")
     with pytest.raises(ValueError, match="width 32.*width 7"):
         bank(doc).similarity(other[0])
+
+
+def test_doc_cleaner_drops_layers(tiny_dir):
+    """The README's doc_cleaner recipe: layers and tensor gone, no vector left to compare."""
+    nlp = make_elmo_nlp(tiny_dir)
+    nlp.add_pipe("doc_cleaner", config={"attrs": {"tensor": None, "_.elmo": None}})
+    doc = nlp(RIVER)
+    assert doc._.elmo is None and (doc.tensor is None or doc.tensor.size == 0)
+    assert not bank(doc).has_vector and not doc.has_vector
+    with pytest.warns(UserWarning, match="W008"):
+        assert bank(doc).similarity(doc[0]) == 0.0
