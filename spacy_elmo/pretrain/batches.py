@@ -1,7 +1,7 @@
 """Batches of whole sentences for the language-model loss (stateless, as used:
 every sentence is ``<S> tokens </S>`` from a zero state)."""
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ class LMBatch:
     fwd_targets: torch.Tensor  # ...the next token (tokens, then </S>)
     bwd_rows: torch.Tensor  # rows whose backward state predicts...
     bwd_targets: torch.Tensor  # ...the previous token (<S>, then tokens)
+    type_char_ids: Optional[torch.Tensor] = None  # (U, max_chars) the batch's distinct types
+    token_types: Optional[np.ndarray] = None  # (N,) each token's row of type_char_ids
 
     @property
     def n_targets(self) -> int:
@@ -39,6 +41,7 @@ def make_batch(
     lengths = (ends - starts).astype(np.int64)
     token_pos = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(sentences) else np.zeros(0, np.int64)
     type_ids = corpus.ids[token_pos]
+    distinct, token_types = np.unique(type_ids, return_inverse=True)
     tok_targets = targets[type_ids]
     base = np.cumsum(lengths + 2) - (lengths + 2)  # row of each sentence's <S> (none for no sentences)
     sent_of_tok = np.repeat(np.arange(len(lengths)), lengths)
@@ -56,6 +59,8 @@ def make_batch(
         fwd_targets=torch.from_numpy(fwd_targets.astype(np.int64)),
         bwd_rows=torch.from_numpy(bwd_rows.astype(np.int64)),
         bwd_targets=torch.from_numpy(bwd_targets.astype(np.int64)),
+        type_char_ids=torch.from_numpy(char_table[distinct]),
+        token_types=token_types.reshape(-1).astype(np.int64),
     )
 
 

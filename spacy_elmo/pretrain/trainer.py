@@ -28,6 +28,7 @@ from .batches import LMBatch, cut_sentences, epoch_batches, make_batch
 from .corpus import Corpus, build_vocab, target_map
 from .data import load_corpus
 from .init import load_init_weights, read_init, settle_config
+from .lm_forward import fast_lm_loss
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -41,6 +42,8 @@ class BiLMLoss(nn.Module):
         self.dropout = dropout
 
     def forward(self, batch: LMBatch) -> Tuple[torch.Tensor, torch.Tensor]:
+        if batch.type_char_ids is not None:
+            return fast_lm_loss(self.bilm, batch, self.dropout, self.training)
         top = self.bilm.forward_with_boundaries(batch.char_ids, batch.lengths)[-1]
         P = top.shape[1] // 2
         h_fwd = F.dropout(top[batch.fwd_rows, :P], self.dropout, self.training)

@@ -1,0 +1,190 @@
+"""The training LSTM: one autograd function per ``ProjectedLstmLayer`` (both directions,
+every time step of the packed batch) with a hand-written backward.
+
+Plain autograd over the step loop of ``ProjectedLstmLayer.forward`` records some 20 nodes a
+step and, in backward, materialises zero-filled gradients for every slice and concatenation.
+Here the forward writes each step's gates, cells and outputs into buffers allocated once per
+call, and the backward walks the steps in reverse, updating those buffers in place, with only
+two small matrix products per direction and step; the weight gradients come from a few large
+products over all steps at the end. Same arithmetic, same numbers as autograd (up to float
+rounding; ``tests/test_fused_lstm.py`` checks in float64).
+
+Shapes (packed layout of ``bilm.lstm``: step t holds the first ``batch_sizes[t]`` rows of
+step t - 1's sequences; M = sum(batch_sizes), B = batch_sizes[0]):
+
+- ``x`` (2, M, I): the layer input of each packed row, both directions;
+- ``weight_ih`` (2, I, 4C), ``weight_hh`` (2, P, 4C), ``bias`` (2, 4C),
+  ``weight_proj`` (2, C, P): the layer's parameters (gate order: input, forget, output,
+  candidate);
+- result (2, M, P): the (clipped) output h of every packed row.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..bilm.lstm import ProjectedLstmLayer, ProjectedLstmStack
+
+
+def _steps(batch_sizes: Sequence[int]) -> List[Tuple[int, int, int]]:
+    """(first row, rows, first row of the previous step) of every step."""
+    out, start, prev = [], 0, 0
+    for n in batch_sizes:
+        out.append((start, int(n), prev))
+        prev, start = start, start + int(n)
+    return out
+
+
+def _previous_rows(batch_sizes: Sequence[int], device: torch.device) -> torch.Tensor:
+    """For every packed row after the first step, the row of the same sequence one step
+    earlier: ``(M - B,)`` int64."""
+    sizes = np.asarray(batch_sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    n = sizes[1:]
+    offset_in_step = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return torch.from_numpy(np.repeat(starts[:-1], n) + offset_in_step).to(device)
+
+
+class FusedProjectedLstm(torch.autograd.Function):
+    """``ProjectedLstmLayer.forward`` as one autograd node (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight_ih: torch.Tensor, weight_hh: torch.Tensor, bias: torch.Tensor,
+                weight_proj: torch.Tensor, batch_sizes: Sequence[int], cell_clip: Optional[float],
+                proj_clip: Optional[float]) -> torch.Tensor:
+        C, P, M = weight_hh.shape[2] // 4, weight_proj.shape[2], x.shape[1]
+        steps = _steps(batch_sizes)
+        # gates: activated i, f, o, g of every row (overwritten by dL/dz in backward)
+        gates = torch.baddbmm(bias.unsqueeze(1), x, weight_ih)
+        c = x.new_empty(2, M, C)  # cell after clipping
+        c_raw = x.new_empty(2, M, C) if cell_clip is not None else c  # before clipping
+        tanh_c = x.new_empty(2, M, C)
+        m = x.new_empty(2, M, C)  # o * tanh(c), the projection's input
+        h = x.new_empty(2, M, P)
+        h_raw = x.new_empty(2, M, P) if proj_clip is not None else h
+        for t, (s, n, ps) in enumerate(steps):
+            z = gates[:, s : s + n]
+            if t > 0:
+                for d in range(2):  # 2-D products on contiguous rows
+                    z[d].addmm_(h[d, ps : ps + n], weight_hh[d])
+            z[..., : 3 * C].sigmoid_()
+            z[..., 3 * C :].tanh_()
+            i, f, o, g = z.split(C, dim=2)
+            cr = torch.mul(i, g, out=c_raw[:, s : s + n])
+            if t > 0:
+                cr.addcmul_(f, c[:, ps : ps + n])
+            if cell_clip is not None:
+                torch.clamp(cr, -cell_clip, cell_clip, out=c[:, s : s + n])
+            tc = torch.tanh(c[:, s : s + n], out=tanh_c[:, s : s + n])
+            mt = torch.mul(o, tc, out=m[:, s : s + n])
+            for d in range(2):
+                torch.mm(mt[d], weight_proj[d], out=h_raw[d, s : s + n])
+            if proj_clip is not None:
+                torch.clamp(h_raw[:, s : s + n], -proj_clip, proj_clip, out=h[:, s : s + n])
+        ctx.batch_sizes, ctx.cell_clip, ctx.proj_clip = list(batch_sizes), cell_clip, proj_clip
+        ctx.save_for_backward(x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw)
+        ctx.used = False
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: torch.Tensor):  # type: ignore[override]
+        if ctx.used:
+            raise RuntimeError("FusedProjectedLstm: backward ran twice (its buffers are reused in place); "
+                               "retain_graph is not supported")
+        ctx.used = True
+        with torch.autocast(grad_h.device.type, enabled=False):
+            return FusedProjectedLstm._backward(ctx, grad_h)
+
+    @staticmethod
+    def _backward(ctx, grad_h: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw = ctx.saved_tensors
+        cell_clip, proj_clip, batch_sizes = ctx.cell_clip, ctx.proj_clip, ctx.batch_sizes
+        C, B = c.shape[2], batch_sizes[0]
+        dh = grad_h.to(x.dtype).contiguous().clone()  # dL/dh of every row, recurrence added step by step
+        if proj_clip is not None:  # clamp passes the gradient where lo <= value <= hi
+            h_pass = (h_raw >= -proj_clip).logical_and_(h_raw <= proj_clip).to(dh.dtype)
+        if cell_clip is not None:
+            c_pass = (c_raw >= -cell_clip).logical_and_(c_raw <= cell_clip).to(dh.dtype)
+        dc = x.new_zeros(2, B, C)  # dL/dc carried to the previous step (rows beyond n stay 0)
+        dm_buf, t1_buf, t2_buf = x.new_empty(2, B, C), x.new_empty(2, B, C), x.new_empty(2, B, C)
+        steps = _steps(batch_sizes)
+        for t in range(len(steps) - 1, -1, -1):
+            s, n, ps = steps[t]
+            dht = dh[:, s : s + n]
+            if proj_clip is not None:
+                dht.mul_(h_pass[:, s : s + n])
+            dm, t1, t2 = dm_buf[:, :n], t1_buf[:, :n], t2_buf[:, :n]
+            for d in range(2):
+                torch.mm(dht[d], weight_proj[d].t(), out=dm[d])
+            i, f, o, g = gates[:, s : s + n].split(C, dim=2)
+            tc, dcn = tanh_c[:, s : s + n], dc[:, :n]
+            # dc += dm * o * (1 - tanh(c)^2)
+            torch.mul(dm, o, out=t1)
+            dcn.add_(t1)
+            t1.mul_(tc)
+            dcn.addcmul_(t1, tc, value=-1.0)
+            if cell_clip is not None:
+                dcn.mul_(c_pass[:, s : s + n])
+            # dz_o = dm * tanh(c) * o * (1 - o)
+            torch.mul(dm, tc, out=t1)
+            o.addcmul_(o, o, value=-1.0).mul_(t1)
+            # dz_i = dc * g * i * (1 - i); dz_g = dc * i * (1 - g^2)
+            torch.mul(dcn, i, out=t1)
+            torch.mul(dcn, g, out=t2)
+            i.addcmul_(i, i, value=-1.0).mul_(t2)
+            g.mul_(g)
+            torch.addcmul(t1, t1, g, value=-1.0, out=g)
+            # dz_f = dc * c_prev * f * (1 - f); dc carried back = dc * f
+            if t > 0:
+                torch.mul(dcn, c[:, ps : ps + n], out=t2)
+                dcn.mul_(f)
+                f.addcmul_(f, f, value=-1.0).mul_(t2)
+                dz = gates[:, s : s + n]
+                for d in range(2):
+                    dh[d, ps : ps + n].addmm_(dz[d], weight_hh[d].t())
+            else:
+                f.zero_()
+        dz = gates  # now dL/dz of every row
+        grads: List[Optional[torch.Tensor]] = [None] * 8
+        needs = ctx.needs_input_grad
+        if needs[0]:
+            grads[0] = torch.bmm(dz, weight_ih.transpose(1, 2))
+        if needs[1]:
+            grads[1] = torch.bmm(x.transpose(1, 2), dz)
+        if needs[2]:
+            grads[2] = x.new_zeros(weight_hh.shape)
+            if len(batch_sizes) > 1:
+                prev = _previous_rows(batch_sizes, x.device)
+                h_prev = h.index_select(1, prev)
+                torch.bmm(h_prev.transpose(1, 2), dz[:, B:], out=grads[2])
+        if needs[3]:
+            grads[3] = dz.sum(dim=1)
+        if needs[4]:
+            grads[4] = torch.bmm(m.transpose(1, 2), dh)
+        return tuple(grads)
+
+
+def fused_layer(layer: ProjectedLstmLayer, x: torch.Tensor, batch_sizes: Sequence[int]) -> torch.Tensor:
+    """``layer(x, batch_sizes)`` through ``FusedProjectedLstm``: x ``(2, M, I)`` -> ``(2, M, P)``."""
+    if len(batch_sizes) == 0:
+        return x.new_zeros(2, 0, layer.projection_dim)
+    params = (layer.weight_ih, layer.weight_hh, layer.bias, layer.weight_proj)
+    device = x.device.type
+    if torch.is_autocast_enabled(device):  # run in the autocast dtype (the casts carry the gradient back)
+        dtype = torch.get_autocast_dtype(device)
+        x, params = x.to(dtype), tuple(p.to(dtype) for p in params)
+    with torch.autocast(device, enabled=False):
+        return FusedProjectedLstm.apply(x, *params, [int(b) for b in batch_sizes], layer.cell_clip, layer.proj_clip)
+
+
+def fused_stack(stack: ProjectedLstmStack, x: torch.Tensor, batch_sizes: Sequence[int]) -> List[torch.Tensor]:
+    """``stack(x, batch_sizes)`` with every layer fused: the packed output of each layer
+    (after the residual connection), each ``(2, M, P)``."""
+    outputs: List[torch.Tensor] = []
+    for i, layer in enumerate(stack.layers):
+        h = fused_layer(layer, x, batch_sizes)
+        if i > 0 and stack.use_skip_connections:
+            h = h + x
+        outputs.append(h)
+        x = h
+    return outputs

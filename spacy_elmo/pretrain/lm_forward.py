@@ -1,0 +1,115 @@
+"""The language-model forward pass of pretraining: only what the loss reads, no more.
+
+``ElmoBiLM.forward_with_boundaries`` returns every layer at every row of ``<S> tokens </S>``;
+the loss reads only the top layer, the forward direction at ``<S>`` and the tokens, the
+backward direction at the tokens and ``</S>``. Here:
+
+- the token layer (char CNN, highways, projection) runs once per distinct word type of the
+  batch (the batch knows each token's type) plus ``<S>`` and ``</S>``, and is then indexed
+  into the packed rows (its gradient accumulates through the index);
+- every sequence runs one step fewer in each direction: the forward direction never reads
+  ``</S>`` and the backward one never reads ``<S>``, since the states after them predict
+  nothing (exact: no output the loss reads depends on those steps);
+- the LSTM layers run through ``fused_lstm`` (one autograd node per layer);
+- the top layer's states that predict each target are gathered straight from the packed
+  rows, in the order of ``LMBatch.fwd_targets`` then ``LMBatch.bwd_targets``.
+"""
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ..bilm import ElmoBiLM
+from ..bilm.softmax import AdaptiveSoftmax, FullSoftmax
+from .batches import LMBatch
+from .fused_lstm import fused_stack
+
+
+@dataclass
+class TrainingPlan:
+    """Index plan of a batch of S sentences, N tokens, U distinct types; M packed rows a
+    direction. Rows of the token table: the U types, then ``<S>`` (U), then ``</S>`` (U + 1)."""
+
+    batch_sizes: List[int]  # sequences still running at each step (each is L + 1 steps)
+    src: torch.Tensor  # (2 * M,) token-table row read by each packed row, forward then backward
+    targets_rows: torch.Tensor  # (2 * (N + S),) packed row (of 2 * M) predicting each target
+
+
+def training_plan(lengths: np.ndarray, token_types: np.ndarray, n_types: int) -> TrainingPlan:
+    """The plan for sentences of ``lengths`` tokens whose flat tokens have table rows
+    ``token_types`` (N,). Forward step p of a sentence reads ``<S>`` (p = 0) or token p - 1
+    and predicts token p (``</S>`` at p = L); backward step q reads ``</S>`` (q = 0) or
+    token L - q and predicts token L - 1 - q (``<S>`` at q = L)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    token_types = np.asarray(token_types, dtype=np.int64)
+    n_sents = len(lengths)
+    steps = lengths + 1
+    order = np.argsort(-steps, kind="stable")
+    rank = np.empty(n_sents, dtype=np.int64)
+    rank[order] = np.arange(n_sents)
+    sorted_steps = steps[order]
+    n_steps = int(sorted_steps[0]) if n_sents else 0
+    batch_sizes = (sorted_steps[None, :] > np.arange(n_steps)[:, None]).sum(axis=1)
+    step_start = np.concatenate([[0], np.cumsum(batch_sizes)[:-1]]).astype(np.int64)
+    n_rows = int(steps.sum())
+    tok_start = np.cumsum(lengths) - lengths
+    sent = np.repeat(np.arange(n_sents), steps)
+    pos = np.arange(n_rows) - np.repeat(np.cumsum(steps) - steps, steps)
+    packed = step_start[pos] + rank[sent]
+    src = np.empty(2 * n_rows, dtype=np.int64)
+    reads_token = pos > 0
+    fwd_tok = np.where(reads_token, tok_start[sent] + pos - 1, 0)
+    bwd_tok = np.where(reads_token, tok_start[sent] + lengths[sent] - pos, 0)
+    safe = token_types if len(token_types) else np.zeros(1, np.int64)
+    src[packed] = np.where(reads_token, safe[fwd_tok], n_types)
+    src[n_rows + packed] = np.where(reads_token, safe[bwd_tok], n_types + 1)
+    tok_sent = np.repeat(np.arange(n_sents), lengths)
+    j = np.arange(int(lengths.sum())) - tok_start[tok_sent]
+    last = step_start[lengths] + rank  # the step after a sentence's last read: </S> / <S>
+    fwd_rows = np.concatenate([step_start[j] + rank[tok_sent], last])
+    bwd_rows = np.concatenate([step_start[lengths[tok_sent] - 1 - j] + rank[tok_sent], last]) + n_rows
+    return TrainingPlan(
+        batch_sizes=[int(b) for b in batch_sizes],
+        src=torch.from_numpy(src),
+        targets_rows=torch.from_numpy(np.concatenate([fwd_rows, bwd_rows])),
+    )
+
+
+def predicting_states(bilm: ElmoBiLM, type_char_ids: torch.Tensor, plan: TrainingPlan) -> torch.Tensor:
+    """Top-layer states predicting every target: ``(2 * (N + S), P)``, the forward
+    direction's rows (``fwd_targets`` order) then the backward direction's.
+
+    type_char_ids: ``(U, max_chars)`` char ids of the batch's distinct types.
+    """
+    device = bilm.device
+    table = bilm.token_encoder(torch.cat([type_char_ids.to(device), bilm.boundary_char_ids], dim=0))
+    x = table.index_select(0, plan.src.to(device)).view(2, -1, table.shape[1])
+    top = fused_stack(bilm.lstm, x, plan.batch_sizes)[-1]
+    return top.reshape(-1, top.shape[2]).index_select(0, plan.targets_rows.to(device))
+
+
+def target_log_likelihoods(softmax: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each row's target, ``(n,)``, with one softmax call for all rows."""
+    if isinstance(softmax, AdaptiveSoftmax):
+        return softmax.proj(hidden, targets).output
+    if isinstance(softmax, FullSoftmax):
+        return -F.cross_entropy(softmax.proj(hidden), targets, reduction="none")
+    raise TypeError(f"unsupported softmax module {type(softmax).__name__}")
+
+
+def fast_lm_loss(bilm: ElmoBiLM, batch: LMBatch, dropout: float, training: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Summed forward and backward NLL of ``batch``: the same loss as ``BiLMLoss``'s plain
+    path (dropout on the top layer's predicting states, shared softmax), computed as above."""
+    assert batch.type_char_ids is not None and batch.token_types is not None and bilm.softmax is not None
+    plan = training_plan(np.asarray(batch.lengths, dtype=np.int64), batch.token_types, batch.type_char_ids.shape[0])
+    hidden = F.dropout(predicting_states(bilm, batch.type_char_ids, plan), dropout, training)
+    targets = torch.cat([batch.fwd_targets, batch.bwd_targets]).to(hidden.device)
+    if hidden.dtype in (torch.float16, torch.bfloat16):
+        hidden = hidden.float()
+    # the softmax in float32 also under amp (AdaptiveLogSoftmaxWithLoss mixes dtypes there)
+    with torch.autocast(hidden.device.type, enabled=False):
+        logp = target_log_likelihoods(bilm.softmax, hidden, targets)
+    n_fwd = batch.fwd_targets.shape[0]
+    return -logp[:n_fwd].sum(), -logp[n_fwd:].sum()

@@ -1,0 +1,112 @@
+"""The fast pretraining path (fused LSTM, token layer once per type, no dead steps) against
+plain autograd through ElmoBiLM.forward_with_boundaries, in float64."""
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import ElmoBiLM
+from spacy_elmo.bilm.lstm import ProjectedLstmLayer
+from spacy_elmo.pretrain.batches import make_batch
+from spacy_elmo.pretrain.corpus import Corpus
+from spacy_elmo.pretrain.fused_lstm import fused_layer
+from spacy_elmo.pretrain.lm_forward import fast_lm_loss, training_plan
+
+OPTIONS = {
+    "lstm": {"dim": 12, "projection_dim": 6, "n_layers": 2, "cell_clip": 1.0, "proj_clip": 0.8,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
+                 "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+}
+WORDS = ["the", "bank", "river", "of", "a", "money", "x" * 60, "x" * 61, "é", ".", ",", "play"]
+
+
+def _grads(module: torch.nn.Module):
+    return {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+
+
+def _assert_close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-6) -> None:
+    scale = max(1.0, float(b.detach().abs().max()))
+    assert float((a - b).detach().abs().max()) <= tol * scale
+
+
+@pytest.mark.parametrize("clips", [(3.0, 3.0), (None, None), (0.3, 0.2)])
+def test_fused_layer_equals_autograd(clips):
+    torch.manual_seed(0)
+    layer = ProjectedLstmLayer(input_dim=5, cell_dim=7, projection_dim=4, cell_clip=clips[0], proj_clip=clips[1]).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.mul_(3.0)  # drive the clipping
+    batch_sizes = [5, 5, 3, 3, 1]
+    x = torch.randn(2, sum(batch_sizes), 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, sum(batch_sizes), 4, dtype=torch.float64)
+    expected = layer(x, batch_sizes)
+    (expected * w).sum().backward()
+    ref = {"x": x.grad.clone(), **_grads(layer)}
+    x.grad = None
+    layer.zero_grad()
+    got = fused_layer(layer, x, batch_sizes)
+    (got * w).sum().backward()
+    _assert_close(got, expected)
+    for name, grad in {"x": x.grad, **_grads(layer)}.items():
+        _assert_close(grad, ref[name])
+
+
+def test_fused_layer_refuses_second_backward():
+    layer = ProjectedLstmLayer(input_dim=3, cell_dim=4, projection_dim=2, cell_clip=None, proj_clip=None)
+    out = fused_layer(layer, torch.randn(2, 3, 3), [2, 1]).sum()
+    out.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        out.backward()
+
+
+def _corpus(seed: int) -> Corpus:
+    rng = np.random.default_rng(seed)
+    lengths = [0, 1, 7, 3, 12, 7, 2]
+    ids = rng.integers(0, len(WORDS), size=sum(lengths)).astype(np.int32)
+    return Corpus(types=list(WORDS), ids=ids, offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
+@pytest.mark.parametrize("softmax", [{"type": "adaptive", "cutoffs": [4, 8], "div_value": 2.0}, {"type": "full"}])
+def test_fast_loss_and_gradients_equal_plain_autograd(softmax):
+    torch.manual_seed(0)
+    corpus = _corpus(0)
+    bilm = ElmoBiLM(OPTIONS, vocab_size=10, softmax_options=softmax).double()
+    with torch.no_grad():
+        for p in bilm.lstm.parameters():
+            p.mul_(4.0)  # drive the clipping
+    targets = np.arange(len(WORDS)) % 10
+    sentences = np.array([4, 0, 2, 1, 6, 3, 5])
+    offsets = corpus.offsets
+    batch = make_batch(corpus, offsets, sentences, corpus.char_table(bilm.max_chars), targets)
+    assert batch.type_char_ids.shape[0] < sum(batch.lengths)  # repeated types
+    # plain autograd: every layer at every row, then the rows BiLMLoss reads
+    top = bilm.forward_with_boundaries(batch.char_ids, batch.lengths)[-1]
+    P = top.shape[1] // 2
+    nll_f = bilm.softmax.nll(top[batch.fwd_rows, :P], batch.fwd_targets)
+    nll_b = bilm.softmax.nll(top[batch.bwd_rows, P:], batch.bwd_targets)
+    (nll_f + 2 * nll_b).backward()
+    ref = _grads(bilm)
+    bilm.zero_grad()
+    fast_f, fast_b = fast_lm_loss(bilm, batch, 0.0, True)
+    (fast_f + 2 * fast_b).backward()
+    got = _grads(bilm)
+    _assert_close(fast_f, nll_f)
+    _assert_close(fast_b, nll_b)
+    assert set(got) == set(ref)
+    for name in ref:
+        _assert_close(got[name], ref[name])
+
+
+def test_training_plan_reads_and_predicts():
+    lengths = np.array([2, 0, 3])
+    types = np.array([10, 11, 12, 13, 14])  # token rows of the table; <S> = 20, </S> = 21
+    plan = training_plan(lengths, types, 20)
+    assert plan.batch_sizes == [3, 2, 2, 1]
+    src = plan.src.numpy()
+    M = 8
+    fwd, bwd = src[:M], src[M:]
+    # step 0: every sentence reads <S> forward, </S> backward (rank order: longest first)
+    assert list(fwd[:3]) == [20, 20, 20] and list(bwd[:3]) == [21, 21, 21]
+    # the 3-token sentence (rank 0) reads 12, 13 forward and 14, 13 backward after the boundary
+    assert fwd[3] == 12 and fwd[5] == 13 and bwd[3] == 14 and bwd[5] == 13
+    assert len(plan.targets_rows) == 2 * (5 + 3)
