@@ -1,60 +1,194 @@
-"""Pretraining throughput (training tokens/s) of the presets on this machine.
+"""Pretraining throughput: the trainer's step against the step of commit 778aaa6
+(``reference_pretrain.py``), side by side in one process at one thread count.
 
 Not a test: prints figures. Example:
 
-    python benchmarks/bench_pretrain.py --presets tiny,small --steps 20 --threads 2
+    python benchmarks/bench_pretrain.py --presets en_cpu,small --steps 12,4 --threads 1
 
-Trains each preset for a few steps on the first lines of WikiText-2 train (after a warm-up
-step) and reports tokens per second (sentence tokens, boundaries not counted).
+For each preset both implementations start from the same weights and train on the same
+batches (the first lines of WikiText-2 train), each with its own copy of the model and its
+own Adam; their steps alternate, so a busy machine slows both alike. Printed: training
+tokens/s of each (sentence tokens, boundaries not counted) and their ratio, the mean loss
+of each (they should track each other), and from a profile of a few more steps of the new
+trainer the share of a step spent in matrix products (linear-algebra products and the char
+CNN's convolutions), their GFLOP/s, and the machine's float32 rate measured in the same run
+with a large ``torch.mm``. Also the cost of building one epoch's batch order at the size of
+a real corpus (778aaa6 rebuilt it at every step; the trainer now builds it once an epoch).
 """
 import argparse
+import copy
 import gzip
+import json
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Dict, List, Tuple
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import reference_pretrain  # noqa: E402
+
+PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm",
+               "aten::mkldnn_convolution", "aten::convolution_backward")
+
+
+def gemm_rate(size: int = 2048, repeats: int = 5) -> float:
+    """The machine's float32 matrix-product rate, GFLOP/s (best of ``repeats``)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def product_flops(name: str, shapes: List[List[int]]) -> float:
+    """Floating-point operations of one call of a product op, from its input shapes."""
+    if name == "aten::mm":
+        (a, b), (_, c) = shapes[0], shapes[1]
+        return 2.0 * a * b * c
+    if name in ("aten::addmm", "aten::addmm_"):
+        (a, b), (_, c) = shapes[1], shapes[2]
+        return 2.0 * a * b * c
+    if name == "aten::bmm":
+        (n, a, b), (_, _, c) = shapes[0], shapes[1]
+        return 2.0 * n * a * b * c
+    if name == "aten::baddbmm":
+        (n, a, b), (_, _, c) = shapes[1], shapes[2]
+        return 2.0 * n * a * b * c
+    if name == "aten::mkldnn_convolution":  # input (n, E, 1, L), weight (F, E, 1, w)
+        n, e, length = shapes[0][0], shapes[0][1], shapes[0][-1]
+        f, w = shapes[1][0], shapes[1][-1]
+        return 2.0 * n * f * e * w * (length - w + 1)
+    if name == "aten::convolution_backward":  # grad_out (n, F, Lout), input (n, E, L), weight (F, E, w)
+        n, f, lout = shapes[0][0], shapes[0][1], shapes[0][-1]
+        e, w = shapes[2][1], shapes[2][-1]
+        return 2 * 2.0 * n * f * e * w * lout  # input and weight gradients
+    return 0.0
+
+
+def profile_products(step, batches) -> Tuple[float, float, float]:
+    """(share of wall time in products, product GFLOP/s, step seconds) over ``batches``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        start = time.perf_counter()
+        for batch in batches:
+            step(batch)
+        wall = time.perf_counter() - start
+    seconds, flops = 0.0, 0.0
+    for event in prof.key_averages(group_by_input_shape=True):
+        if event.key in PRODUCT_OPS:
+            seconds += event.self_cpu_time_total / 1e6
+            flops += event.count * product_flops(event.key, event.input_shapes)
+    return seconds / wall, flops / max(seconds, 1e-9) / 1e9, wall / len(batches)
+
+
+def next_batch(trainer: Any) -> np.ndarray:
+    return trainer._next_batch()
+
+
+def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
+    from spacy_elmo.pretrain.config import load_pretrain_config
+    from spacy_elmo.pretrain.trainer import Trainer
+
+    cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {
+        "paths.train": str(data), "paths.dev": None, "paths.init": None, "vocab.size": args.vocab,
+        "training.threads": args.threads, "training.device": "cpu", "training.amp": "none"})
+    trainer = Trainer(cfg, out / preset, log=lambda s: None)
+    ref = reference_pretrain.ReferenceStep(
+        copy.deepcopy(trainer.bilm), cfg["training"], trainer.train.ids, trainer.offsets, trainer.lengths,
+        trainer.char_table, trainer.train_targets)
+    seconds = {"reference": 0.0, "new": 0.0}
+    losses: Dict[str, List[float]] = {"reference": [], "new": []}
+    tokens = 0
+    for i in range(steps + 1):  # step 0 warms up
+        start = time.perf_counter()
+        batch = ref.next_batch()
+        nll = ref(batch)
+        t_ref = time.perf_counter() - start
+        start = time.perf_counter()
+        new_batch = next_batch(trainer)
+        new_nll, _ = trainer.train_step(new_batch)
+        t_new = time.perf_counter() - start
+        assert np.array_equal(batch, new_batch), "the two implementations must see the same batches"
+        n = int(trainer.lengths[batch].sum())
+        losses["reference"].append(nll / (2 * n))
+        losses["new"].append(new_nll / (2 * n))
+        if i:
+            seconds["reference"] += t_ref
+            seconds["new"] += t_new
+            tokens += n
+    rates = {k: tokens / v for k, v in seconds.items()}
+    extra = [next_batch(trainer) for _ in range(args.profile_steps)]
+    share, product_rate, step_s = profile_products(lambda b: trainer.train_step(b), extra)
+    ref_extra = [ref.next_batch() for _ in range(args.profile_steps)]
+    ref_share, ref_product_rate, _ = profile_products(ref, ref_extra)
+    return {"preset": preset, "tokens": tokens, "steps": steps, "tokens_per_s": rates,
+            "ratio": rates["new"] / rates["reference"],
+            "mean_loss": {k: float(np.mean(v[1:])) for k, v in losses.items()},
+            "product_share": {"new": share, "reference": ref_share},
+            "product_gflops": {"new": product_rate, "reference": ref_product_rate}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "wikitext2" / "train.txt.gz")
-    parser.add_argument("--presets", default="tiny,en_cpu,small")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--lines", type=int, default=6000, help="first lines of the text to train on")
+    parser.add_argument("--presets", default="en_cpu,small")
+    parser.add_argument("--steps", default="12,4", help="timed steps of each implementation, per preset "
+                        "(a comma list in the order of --presets, or one number for all)")
+    parser.add_argument("--profile-steps", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--vocab", type=int, default=20000)
+    parser.add_argument("--order-sentences", type=int, default=600_000,
+                        help="corpus size (sentences) at which to time building an epoch's batch order")
+    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from spacy_elmo.pretrain.config import load_pretrain_config
     from spacy_elmo.pretrain.data import prepare_corpus
-    from spacy_elmo.pretrain.trainer import Trainer
 
+    results: Dict[str, Any] = {"threads": args.threads, "torch": torch.__version__, "presets": []}
+    results["gemm_gflops_start"] = gemm_rate()
     with tempfile.TemporaryDirectory() as tmp:
         with gzip.open(args.data, "rt", encoding="utf-8") as f:
-            lines = [next(f) for _ in range(6000)]
+            lines = [line for _, line in zip(range(args.lines), f)]
         (Path(tmp) / "wikitext_train.txt").write_text("".join(lines), encoding="utf-8")
         prepare_corpus([Path(tmp) / "wikitext_train.txt"]).save(Path(tmp) / "train.npz")
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        print(f"device {device}, torch threads {args.threads}, torch {torch.__version__}")
-        print(f"{'preset':<10}{'cell/proj':>11}{'batch tokens':>14}{'tokens/s':>10}")
-        for preset in args.presets.split(","):
-            cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {
-                "paths.train": str(Path(tmp) / "train.npz"), "paths.dev": None,
-                "vocab.size": min(args.vocab, 20000), "training.threads": args.threads, "training.device": device})
-            trainer = Trainer(cfg, Path(tmp) / preset, log=lambda s: None)
-            trainer.train_step(trainer._next_batch())  # warm-up
-            tokens, start = 0, time.perf_counter()
-            for _ in range(args.steps):
-                batch = trainer._next_batch()
-                tokens += int(trainer.lengths[batch].sum())
-                trainer.train_step(batch)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            rate = tokens / (time.perf_counter() - start)
-            lstm = cfg["model"]["lstm"]
-            print(f"{preset:<10}{lstm['dim']:>6}/{lstm['projection_dim']:<4}{cfg['training']['batch_tokens']:>14}{rate:>10,.0f}")
+        presets = args.presets.split(",")
+        steps = [int(n) for n in args.steps.split(",")]
+        if len(steps) not in (1, len(presets)):
+            parser.error("--steps: one number, or one per preset")
+        for preset, n in zip(presets, steps * len(presets) if len(steps) == 1 else steps):
+            results["presets"].append(bench_preset(preset, n, Path(tmp) / "train.npz", Path(tmp), args))
+    results["gemm_gflops_end"] = gemm_rate()
+    gemm = max(results["gemm_gflops_start"], results["gemm_gflops_end"])
+    lengths = np.random.default_rng(0).integers(1, 65, size=args.order_sentences)
+    start = time.perf_counter()
+    reference_pretrain.epoch_batches(lengths, 2048, 0, 0)
+    results["epoch_order_ms"] = (time.perf_counter() - start) * 1e3
+
+    print(f"torch {torch.__version__}, {args.threads} thread(s); fp32 GEMM (2048^3) "
+          f"{results['gemm_gflops_start']:.1f} / {results['gemm_gflops_end']:.1f} GFLOP/s (start / end of run)")
+    print(f"{'preset':<8}{'steps':>6}{'778aaa6 tok/s':>15}{'new tok/s':>11}{'ratio':>7}"
+          f"{'loss ref/new':>15}{'products share ref/new':>24}{'product GFLOP/s ref/new (of GEMM)':>36}")
+    for r in results["presets"]:
+        rate, share, gf, loss = r["tokens_per_s"], r["product_share"], r["product_gflops"], r["mean_loss"]
+        print(f"{r['preset']:<8}{r['steps']:>6}{rate['reference']:>15,.0f}{rate['new']:>11,.0f}{r['ratio']:>6.2f}x"
+              f"{loss['reference']:>8.3f}/{loss['new']:.3f}{share['reference']:>17.0%} / {share['new']:.0%}"
+              f"{gf['reference']:>20.1f} / {gf['new']:.1f} ({gf['new'] / gemm:.0%})")
+    print(f"building one epoch's batch order for {args.order_sentences:,} sentences: "
+          f"{results['epoch_order_ms']:.0f} ms (at every step in 778aaa6, once an epoch now)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
