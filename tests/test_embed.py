@@ -189,6 +189,8 @@ def test_cli_writes_and_reports(tmp_path, tiny_dir):
         assert len(f) == 10 and f["3"].ndim == 2
     result = CliRunner().invoke(app, args)
     assert "Embedded 0 of 9 lines, 9 already done" in result.output
+    result = CliRunner().invoke(app, args + ["--ray-address", "127.0.0.1:6379"])
+    assert result.exit_code == 1 and "Error: --ray-address and --num-gpus-per-worker need --engine ray" in result.output
 
 
 def test_docbin_mode(tmp_path, tiny_dir, elmo_nlp):

@@ -24,7 +24,7 @@ def embed_cli(
     lang: str = typer.Option("en", "--lang", help="language of the tokenizer used with --tokenize"),
     forget_sentences: bool = typer.Option(False, "--forget-sentences", help="leave out the sentence_to_index map"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start afresh instead of resuming an existing output"),
-    engine: str = typer.Option("local", "--engine", help="local (this machine) or ray (a Ray cluster; needs spacy-elmo[ray])"),
+    engine: str = typer.Option("local", "--engine", help="local (this machine) or ray (a Ray cluster; needs the ray extra)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join this Ray cluster (default: start a local Ray instance)"),
     num_gpus_per_worker: float = typer.Option(0.0, "--num-gpus-per-worker", help="GPUs each Ray actor reserves (and runs on)"),
     shard_size: int = typer.Option(1000, "--shard-size", help="lines per Ray shard (the unit of resuming)"),
@@ -39,6 +39,8 @@ def embed_cli(
     settings = EmbedSettings(weights=weights, layers=layers, dtype=dtype, tokenize=tokenize, max_length=max_length, lang=lang)
     if engine not in ("local", "ray"):
         raise ValueError(f"--engine must be local or ray, got {engine!r}")
+    if engine == "local" and (ray_address is not None or num_gpus_per_worker > 0):
+        raise ValueError("--ray-address and --num-gpus-per-worker need --engine ray")
     if input_path.suffix == ".spacy":
         if engine != "local" or output_path.suffix != ".spacy":
             raise ValueError("a .spacy input needs a .spacy output and --engine local")
