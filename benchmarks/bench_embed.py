@@ -41,9 +41,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--shard-size", type=int, default=250, help="lines per Ray shard")
     parser.add_argument("--runs", default="one,two,ray", help="comma list of one, two (--n-process 2), ray")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the one-process run (workers use 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
 
+    import torch
+
+    torch.set_num_threads(args.threads)
     from spacy_elmo.embed import EmbedSettings, embed_file
 
     lines = conll_lines(args.data, args.lines)
@@ -51,7 +55,8 @@ def main() -> None:
     settings = EmbedSettings(weights=args.weights, layers=args.layers)
     results: Dict[str, Dict[str, float]] = {}
     print(f"{len(lines)} sentences, {n_tokens} tokens; weights {Path(args.weights).name}; layers {args.layers}; "
-          f"batch {args.batch_size}; {os.cpu_count()} CPUs", flush=True)
+          f"batch {args.batch_size}; {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()} (one process), "
+          f"1 per worker (two, ray); load average {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "input.txt"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -80,7 +85,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             results[run] = {"seconds": seconds, "tokens_per_s": n_tokens / seconds, "startup_s": extra}
             note = f" (ray.init {extra:.1f} s; {n_tokens / (seconds - extra):,.0f} tokens/s without it)" if extra else ""
-            print(f"{run:>4}: {seconds:7.1f} s  {n_tokens / seconds:8,.0f} tokens/s{note}", flush=True)
+            print(f"{run:>4}: {seconds:7.1f} s  {n_tokens / seconds:8,.0f} tokens/s{note}  "
+                  f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     if "one" in results:
         base = results["one"]["tokens_per_s"]
         print("ratio to one process: " + ", ".join(f"{k} {v['tokens_per_s'] / base:.2f}x" for k, v in results.items()))
