@@ -28,6 +28,14 @@ class EmbedReport:
     n_skipped: int  # lines already in the output (resumed run)
     n_words: int  # whitespace tokens embedded by this run
     seconds: float
+    first_words: int = 0  # tokens of the first batch (or shard) written
+    first_seconds: float = 0.0  # time until it was written: start-up (model loading) plus its work
+
+    @property
+    def steady_words_per_second(self) -> float:
+        """Throughput after the first batch: what a large corpus sees."""
+        seconds = self.seconds - self.first_seconds
+        return (self.n_words - self.first_words) / seconds if seconds > 0 else 0.0
 
     @property
     def words_per_second(self) -> float:
@@ -130,6 +138,7 @@ def embed_file(
         todo = (item for item in iter_lines(input_path) if str(item[0]) not in done)
         done_words = sum(len(line.split()) for i, line in iter_lines(input_path) if str(i) in done) if done else 0
         n_skipped, n_embedded, n_words = len(done), 0, 0
+        first_words, first_seconds = 0, 0.0
         if writer.complete:
             return EmbedReport(stats.n_lines, 0, n_skipped, 0, time.perf_counter() - start)
         with progress_bar(stats, done_words, settings, progress) as bar:
@@ -139,10 +148,14 @@ def embed_file(
                 n_embedded += len(batch)
                 n_words += words
                 bar.update(words)
+                if not first_words:
+                    first_words, first_seconds = words, time.perf_counter() - start
         writer.finish(iter_lines(input_path) if with_index else None)
     finally:
         writer.close()
-    return EmbedReport(stats.n_lines, n_embedded, n_skipped, n_words, time.perf_counter() - start)
+    return EmbedReport(
+        stats.n_lines, n_embedded, n_skipped, n_words, time.perf_counter() - start, first_words, first_seconds
+    )
 
 
 def embed_docbin(

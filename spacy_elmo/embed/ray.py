@@ -116,7 +116,8 @@ def embed_file_ray(
         if not index.done(shard)
     ]
     n_skipped = stats.n_lines - sum(len(item["lines"]) for item in items)
-    n_embedded = n_words = 0
+    n_embedded = n_words = first_words = 0
+    first_seconds = 0.0
     if items:
         done_words = sum(v["n_words"] for v in index.shards.values())
         prefetch_weights(settings)
@@ -139,6 +140,8 @@ def embed_file_ray(
                     n_embedded += int(row["n_lines"])
                     n_words += int(row["n_words"])
                     bar.update(int(row["n_words"]))
+                    if not first_words:
+                        first_words, first_seconds = int(row["n_words"]), time.perf_counter() - begin
         finally:
             if started:
                 ray.shutdown()
@@ -147,4 +150,6 @@ def embed_file_ray(
             raise ValueError(f"{index.directory}: the shards do not cover the input's {stats.n_lines} lines; rerun")
         merge_shards(index.files(), output_path, meta, with_index)
         index.remove()
-    return EmbedReport(stats.n_lines, n_embedded, n_skipped, n_words, time.perf_counter() - begin)
+    return EmbedReport(
+        stats.n_lines, n_embedded, n_skipped, n_words, time.perf_counter() - begin, first_words, first_seconds
+    )
