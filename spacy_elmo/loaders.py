@@ -4,7 +4,7 @@ Each returns a function that loads an ``ElmoBiLM`` when the component initialize
 (never at construction).
 """
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 from spacy.util import registry
 
@@ -95,3 +95,30 @@ def published_loader_v1(name: str, mirror: Optional[str] = None) -> Callable[[],
         return ElmoBiLM.from_allennlp(options_path, weights_path)
 
     return load
+
+
+def resolve_weights(weights: Union[str, Path]) -> Dict[str, Any]:
+    """The loader block (``[initialize.components.elmo.loader]``) for a weights argument
+    of the command line (``demo --weights``, ``init-pipeline``): a directory in the
+    project's own format (config.json) or in the published layout (options.json and one
+    .hdf5 file); or, where no such path exists, the name of a published model
+    (``spacy-elmo.PublishedLoader.v1``)."""
+    from .published import PUBLISHED
+
+    if not Path(weights).exists() and str(weights) in PUBLISHED:
+        return {"@misc": "spacy-elmo.PublishedLoader.v1", "name": str(weights)}
+    path = Path(weights)
+    if (path / "config.json").exists():
+        return {"@misc": "spacy-elmo.ElmoLoader.v1", "path": str(path)}
+    hdf5 = sorted(path.glob("*.hdf5")) if path.is_dir() else []
+    if (path / "options.json").exists() and len(hdf5) == 1:
+        return {
+            "@misc": "spacy-elmo.AllenNLPLoader.v1",
+            "options_path": str(path / "options.json"),
+            "weights_path": str(hdf5[0]),
+        }
+    raise ValueError(
+        f"{path}: expected a spacy-elmo model directory (config.json + model.safetensors), "
+        "a directory with options.json and one .hdf5 weights file, or a published model name "
+        f"({', '.join(PUBLISHED)})"
+    )

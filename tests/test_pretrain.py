@@ -86,15 +86,15 @@ def test_tiny_pretraining_beats_unigram(trained, wikitext_slice):
     assert result["dev_ppl"] < 0.85 * unigram, (result["dev_ppl"], unigram)
     bilm = ElmoBiLM.load(out)  # the output directory is a loadable model
     assert bilm.vocab_size == 2000
-    from spacy_elmo.cli.pretrain import perplexity
+    from spacy_elmo.pretrain.perplexity import perplexity
 
     from spacy_elmo.pretrain.corpus import target_map
-    from spacy_elmo.pretrain.trainer import evaluate
+    from spacy_elmo.pretrain.loss import evaluate
 
     full_dev = perplexity(out, wikitext_slice / "valid.npz")  # all dev sentences; training used 500
     assert full_dev < 0.85 * unigram
     assert full_dev == pytest.approx(evaluate(bilm, dev, target_map(dev, vocab)), rel=1e-6)
-    from spacy_elmo.cli.pretrain import unigram_baseline
+    from spacy_elmo.pretrain.perplexity import unigram_baseline
 
     assert unigram_baseline(out, wikitext_slice / "train.npz", wikitext_slice / "valid.npz") == pytest.approx(unigram)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -191,7 +191,7 @@ def test_export_round_trips(trained, tmp_path):
     bilm = ElmoBiLM.load(out)
     sents = [["The", "river", "bank", "."], ["Naïve", "café", "😀"], []]
     want = bilm.embed_sentences(sents)
-    from spacy_elmo.cli.pretrain import export
+    from spacy_elmo.export import export
 
     export(out, tmp_path / "allennlp", "allennlp")
     loaded = ElmoBiLM.from_allennlp(tmp_path / "allennlp" / "options.json", tmp_path / "allennlp" / "weights.hdf5")

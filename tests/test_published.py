@@ -132,11 +132,11 @@ def test_pipeline_initialises_from_a_published_name(tiny_files, tiny_name, tmp_p
     with Server() as server:
         server.files.update(tiny_files)
         monkeypatch.setenv("SPACY_ELMO_MIRROR", server.url)
-        from spacy_elmo.cli.init_pipeline import weights_loader_config
+        from spacy_elmo.loaders import resolve_weights
 
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo")
-        nlp.config["initialize"]["components"]["elmo"] = {"loader": weights_loader_config(tiny_name)}
+        nlp.config["initialize"]["components"]["elmo"] = {"loader": resolve_weights(tiny_name)}
         nlp.initialize()
     ref = make_elmo_nlp(tiny_dir)
     text = "The river bank was flooded."
@@ -217,21 +217,21 @@ def test_http_error_is_clear(tmp_path):
 def test_names_and_errors_without_download(tmp_path, monkeypatch):
     from spacy.util import registry
 
-    from spacy_elmo.cli.init_pipeline import weights_loader_config
+    from spacy_elmo.loaders import resolve_weights
 
     for name in ("small", "medium", "original", "original-5.5b", "pubmed", "pt-wikipedia", "pt-brwac", "ja"):
-        assert weights_loader_config(name) == {"@misc": "spacy-elmo.PublishedLoader.v1", "name": name}
+        assert resolve_weights(name) == {"@misc": "spacy-elmo.PublishedLoader.v1", "name": name}
         model = PUBLISHED[name]
         assert model.base.startswith("https://") and model.weights.endswith(".hdf5")
     with pytest.raises(ValueError, match="unknown published ELMo model 'large'.*small, medium"):
         registry.resolve({"x": {"@misc": "spacy-elmo.PublishedLoader.v1", "name": "large"}})
     with pytest.raises(ValueError, match="published model name"):
-        weights_loader_config("large")
+        resolve_weights("large")
     # an existing directory of that name wins over the published name
     monkeypatch.chdir(tmp_path)
     Path("small").mkdir()
     with pytest.raises(ValueError, match="expected a spacy-elmo model directory"):
-        weights_loader_config("small")
+        resolve_weights("small")
 
 
 def test_cache_dir(monkeypatch, tmp_path):

@@ -1,3 +1,6 @@
+import functools
+from typing import Any, Callable, TypeVar
+
 import typer
 
 app = typer.Typer(
@@ -6,3 +9,21 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def clear_errors(command: F) -> F:
+    """Bad input (a missing file, an empty corpus, an unknown config value) ends the
+    command with its one-line message and exit status 1 instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (ValueError, OSError, KeyError) as err:
+            message = err.args[0] if isinstance(err, KeyError) and err.args else err
+            typer.echo(f"Error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]

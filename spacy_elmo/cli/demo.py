@@ -40,12 +40,12 @@ def sense_similarities(nlp, senses: Sequence[Tuple[str, str, str, str]] = SENSES
 def load_nlp(weights: Optional[Path]):
     import spacy
 
-    from .init_pipeline import weights_loader_config
+    from ..loaders import resolve_weights
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     if weights is not None:
-        nlp.config["initialize"]["components"]["elmo"] = {"loader": weights_loader_config(weights)}
+        nlp.config["initialize"]["components"]["elmo"] = {"loader": resolve_weights(weights)}
     nlp.initialize()
     return nlp
 

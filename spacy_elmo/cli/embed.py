@@ -5,12 +5,11 @@ from typing import Optional
 
 import typer
 
-from ._app import app
-from .pretrain import _clear_errors
+from ._app import app, clear_errors
 
 
 @app.command("embed")
-@_clear_errors
+@clear_errors
 def embed_cli(
     input_path: Path = typer.Argument(..., help="text, one sentence per line (or raw text with --tokenize), or a .spacy DocBin"),
     output_path: Path = typer.Argument(..., help="HDF5 file in AllenNLP's elmo layout (a .spacy file for a .spacy input)"),

@@ -53,9 +53,9 @@ class EmbedSettings:
 def loader_config(weights: Optional[str]) -> Optional[Dict[str, Any]]:
     """The ``[initialize.components.elmo.loader]`` block for ``--weights``: None for
     the shipped model, else a directory in either format or a published model's name."""
-    from ..cli.init_pipeline import weights_loader_config
+    from ..loaders import resolve_weights
 
-    return None if weights is None else weights_loader_config(weights)
+    return None if weights is None else resolve_weights(weights)
 
 
 def prefetch_weights(settings: EmbedSettings) -> None:

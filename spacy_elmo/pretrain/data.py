@@ -1,6 +1,6 @@
 """Load training text: a prepared corpus (.npz) as is, raw text is prepared on the fly."""
 from pathlib import Path
-from typing import Sequence
+from typing import Dict, Sequence
 
 from .corpus import Corpus, build_corpus, concat_corpora
 from .text import read_paragraphs, tokenize
@@ -24,3 +24,14 @@ def load_corpus(path: Path) -> Corpus:
     if path.suffix == ".npz":
         return Corpus.load(path)
     return prepare_corpus([path])
+
+
+def prepare(texts: Sequence[Path], output: Path, kind: str = "auto", lang: str = "en") -> Dict[str, int]:
+    """Tokenize (``spacy.blank(lang)``) and sentence-split raw text files (and join prepared
+    ones) once into the prepared corpus file ``output``; returns its sentence, token and
+    type counts."""
+    if not texts:
+        raise ValueError("prepare: no input text files given")
+    corpus = prepare_corpus(texts, kind, lang=lang)
+    corpus.save(output)
+    return {"sentences": corpus.n_sentences, "tokens": corpus.n_tokens, "types": len(corpus.types)}

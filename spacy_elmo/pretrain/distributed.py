@@ -1,7 +1,8 @@
-"""torchrun support: initialise the process group from the environment it sets."""
+"""torchrun support: the process group from the environment torchrun sets, and the
+few collectives by which ranks agree (sums for logging, a stop flag)."""
 import contextlib
 import os
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import torch
 
@@ -24,3 +25,29 @@ def distributed_from_env(cuda: bool = True) -> Iterator[None]:
         yield
     finally:
         torch.distributed.destroy_process_group()
+
+
+def rank_world() -> Tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside a process group."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def sum_over_ranks(value: float, device: torch.device) -> float:
+    """The sum of ``value`` over all ranks (the value itself in a single process)."""
+    if rank_world()[1] == 1:
+        return value
+    total = torch.tensor([value], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(total)
+    return float(total.item())
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when ``flag`` is true on any (so that all ranks stop at the same
+    step and none is left waiting alone in a collective)."""
+    if rank_world()[1] == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return bool(value.item())

@@ -1,0 +1,65 @@
+"""The trainer's parts on their own: batch stream, checkpoint RNG states, signals, loader choice."""
+import random
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.pretrain.batches import epoch_batches
+from spacy_elmo.pretrain.checkpoint import load_checkpoint, rng_states, save_checkpoint, set_rng_states
+from spacy_elmo.pretrain.signals import StopSignals
+from spacy_elmo.pretrain.stream import BatchStream
+
+
+def test_batch_stream_builds_each_epoch_once(monkeypatch):
+    lengths = np.random.default_rng(0).integers(1, 30, size=200)
+    calls = []
+    import spacy_elmo.pretrain.stream as stream_module
+
+    def counting(*args):
+        calls.append(args[-1])
+        return epoch_batches(*args)
+
+    monkeypatch.setattr(stream_module, "epoch_batches", counting)
+    stream = BatchStream(lengths, 256, seed=3)
+    n0 = len(epoch_batches(lengths, 256, 3, 0))
+    got = [next(stream) for _ in range(n0 + 2)]
+    assert calls == [0, 1]  # once per epoch, not once per batch
+    assert stream.epoch == 1 and stream.batch_index == 2
+    # every sentence once per epoch
+    assert sorted(np.concatenate(got[:n0]).tolist()) == list(range(len(lengths)))
+    resumed = BatchStream(lengths, 256, seed=3)
+    resumed.seek(1, 1)
+    np.testing.assert_array_equal(next(resumed), got[n0 + 1])
+
+
+def test_checkpoint_rng_states_restore_on_cpu(tmp_path):
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    state = {"rng": rng_states()}
+    want = (random.random(), np.random.rand(), torch.rand(3))
+    save_checkpoint(state, tmp_path / "checkpoint.pt")
+    loaded = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert loaded["rng"]["torch"].device.type == "cpu"
+    set_rng_states(loaded["rng"])
+    got = (random.random(), np.random.rand(), torch.rand(3))
+    assert got[:2] == want[:2] and torch.equal(got[2], want[2])
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file left
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_checkpoint_rng_states_restore_with_cuda(tmp_path):
+    torch.cuda.manual_seed_all(2)
+    save_checkpoint({"rng": rng_states()}, tmp_path / "checkpoint.pt")
+    want = torch.rand(3, device="cuda")
+    set_rng_states(load_checkpoint(tmp_path / "checkpoint.pt")["rng"])
+    assert torch.equal(torch.rand(3, device="cuda"), want)
+
+
+def test_stop_signals_request_then_restore():
+    before = signal.getsignal(signal.SIGTERM)
+    stops = []
+    with StopSignals(lambda: stops.append(1)):
+        signal.raise_signal(signal.SIGTERM)
+        assert stops == [1]
+    assert signal.getsignal(signal.SIGTERM) is before
