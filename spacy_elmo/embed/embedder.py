@@ -5,7 +5,6 @@ worker, so the model is loaded once per worker and every engine computes exactly
 what the component puts in ``doc._.elmo``.
 """
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np

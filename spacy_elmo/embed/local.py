@@ -8,13 +8,13 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Deque, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 from tqdm import tqdm
 
-from .embedder import Embedder, EmbedSettings, prefetch_weights
 from ..util.atomic import atomic_path
+from .embedder import Embedder, EmbedSettings, prefetch_weights
 from .hdf5 import EmbeddingWriter
 from .reader import InputStats, iter_lines, scan_input
 

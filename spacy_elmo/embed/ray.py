@@ -10,7 +10,7 @@ Needs the ``ray`` extra: ``pip install "spacy-elmo[ray]"``.
 """
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 

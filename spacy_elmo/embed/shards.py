@@ -10,7 +10,7 @@ import io
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import h5py
 import numpy as np
