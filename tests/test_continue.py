@@ -190,3 +190,11 @@ def test_prepare_lang_tokenizes_with_that_language(corpora, tmp_path):
     result = CliRunner().invoke(app, ["prepare", str(tmp_path / "fr.txt"), "--lang", "zz", "-o", str(tmp_path / "x.npz")])
     assert result.exit_code != 0 and "no spaCy tokenizer for language 'zz'" in result.output
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_perplexity_lang_tokenizes_raw_text_like_prepare(corpora, own_init):
+    from spacy_elmo.pretrain.perplexity import perplexity
+
+    raw = perplexity(own_init, corpora / "de.txt", lang="de")
+    assert raw == pytest.approx(perplexity(own_init, corpora / "de.npz"), rel=1e-6)
+    assert raw != pytest.approx(perplexity(own_init, corpora / "de.txt"), rel=1e-6)  # English rules differ

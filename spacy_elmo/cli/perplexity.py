@@ -17,6 +17,7 @@ def perplexity_cli(
         None, "--baseline-train", help="also print an add-one unigram baseline counted on this training text"
     ),
     threads: int = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)"),
+    lang: str = typer.Option("en", "--lang", help="language of spaCy's tokenizer for raw text (as prepare --lang)"),
 ) -> None:
     """Held-out perplexity of a pretrained model on a text file."""
     from ..pretrain.perplexity import perplexity, unigram_baseline
@@ -25,6 +26,6 @@ def perplexity_cli(
         import torch
 
         torch.set_num_threads(threads)
-    typer.echo(f"perplexity {perplexity(model_dir, text, kind):.2f}")
+    typer.echo(f"perplexity {perplexity(model_dir, text, kind, lang=lang):.2f}")
     if baseline_train is not None:
-        typer.echo(f"unigram baseline perplexity {unigram_baseline(model_dir, baseline_train, text, kind):.2f}")
+        typer.echo(f"unigram baseline perplexity {unigram_baseline(model_dir, baseline_train, text, kind, lang=lang):.2f}")

@@ -6,11 +6,13 @@ from .corpus import Corpus, target_map, unigram_perplexity
 from .data import load_corpus, prepare_corpus
 
 
-def _read_text(text: Path, kind: str) -> Corpus:
-    return load_corpus(text) if kind == "auto" else prepare_corpus([text], kind)
+def _read_text(text: Path, kind: str, lang: str = "en") -> Corpus:
+    if Path(text).suffix == ".npz" or (kind == "auto" and lang == "en"):
+        return load_corpus(text)
+    return prepare_corpus([text], kind, lang=lang)
 
 
-def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: int = 4096) -> float:
+def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: int = 4096, lang: str = "en") -> float:
     """Held-out perplexity of a pretrained model (one with its softmax) on a text file,
     tokenized as pretraining does.
 
@@ -18,6 +20,7 @@ def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: in
     text: raw text (.txt, .gz, an aclImdb .tar.gz) or a prepared corpus (.npz).
     kind: "auto", "plain", "wikitext" or "imdb" (how to read raw text).
     batch_tokens: tokens per evaluation batch.
+    lang: the language of spaCy's tokenizer for raw text (as ``prepare --lang``).
     """
     from ..bilm import ElmoBiLM
     from ..bilm.serialize import read_vocab
@@ -27,13 +30,13 @@ def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: in
     if bilm.softmax is None:
         raise ValueError(f"{model_dir}: the model has no softmax (published weights), so no perplexity")
     vocab = read_vocab(model_dir)
-    corpus = _read_text(text, kind)
+    corpus = _read_text(text, kind, lang)
     return evaluate(bilm, corpus, target_map(corpus, vocab), batch_tokens=batch_tokens)
 
 
-def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto") -> float:
+def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto", lang: str = "en") -> float:
     """Add-one unigram perplexity of ``text`` over the model's output vocabulary, with the
     counts of ``train`` and the same counting as ``perplexity``."""
     from ..bilm.serialize import read_vocab
 
-    return unigram_perplexity(load_corpus(train), _read_text(text, kind), read_vocab(model_dir))
+    return unigram_perplexity(_read_text(train, "auto", lang), _read_text(text, kind, lang), read_vocab(model_dir))
