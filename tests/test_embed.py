@@ -113,15 +113,18 @@ def test_killed_run_leaves_a_readable_file_and_resumes(tmp_path, tiny_dir, elmo_
     out = tmp_path / "out.h5"
     cmd = [sys.executable, "-m", "spacy_elmo", "embed", str(src), str(out), "--weights", str(tiny_dir),
            "--batch-size", "2", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    log = tmp_path / "stderr.log"  # a file, not a pipe: a full pipe would block the run
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while (not out.exists() or out.stat().st_size < 200_000) and proc.poll() is None:
             assert time.monotonic() < deadline, "the embed run did not start writing"
             time.sleep(0.05)
-        assert proc.poll() is None, proc.stderr.read().decode()
-        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
+        if proc.poll() is None:  # the kill under test, or clean-up after a failed check
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     with h5py.File(out, "r") as f:  # readable after the kill, holding whole batches
         keys = sorted(int(k) for k in f.keys())
