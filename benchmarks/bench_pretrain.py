@@ -168,6 +168,9 @@ def main() -> None:
             parser.error("--steps: one number, or one per preset")
         for preset, n in zip(presets, steps * len(presets) if len(steps) == 1 else steps):
             results["presets"].append(bench_preset(preset, n, Path(tmp) / "train.npz", Path(tmp), args))
+            r = results["presets"][-1]
+            print(f"{preset}: {r['tokens_per_s']['reference']:,.0f} -> {r['tokens_per_s']['new']:,.0f} tokens/s "
+                  f"({r['ratio']:.2f}x)", file=sys.stderr, flush=True)
     results["gemm_gflops_end"] = gemm_rate()
     gemm = max(results["gemm_gflops_start"], results["gemm_gflops_end"])
     lengths = np.random.default_rng(0).integers(1, 65, size=args.order_sentences)
