@@ -1,7 +1,8 @@
 """spaCy v3 plugin for ELMo (Peters et al. 2018).
 
-Data flow: text -> chars (``bilm.chars``) -> biLM layers (``bilm``) -> Doc (``pipe``)
--> listener mix (``layers``) -> task.
+Data flow: text -> sentences (``segmentation``) -> characters (``bilm.chars``) ->
+token layer (``bilm.token_encoder``) -> LSTM (``bilm.lstm``), both in ``bilm.model`` ->
+Doc (``pipe``, through ``layers.elmo_model``) -> listener mix (``layers.listener``) -> task.
 """
 from .bilm import ElmoBiLM, OptionsError, ScalarMix, WeightsError
 

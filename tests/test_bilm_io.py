@@ -170,3 +170,29 @@ def test_atomic_writes(tmp_path: Path) -> None:
         assert tmp.suffix == ".npz" and tmp.parent == tmp_path
         tmp.write_bytes(b"x")
     assert (tmp_path / "data.npz").read_bytes() == b"x"
+
+
+def test_pipeline_model_bytes_round_trip_and_legacy_form() -> None:
+    """The ElmoModel's bytes are ElmoBiLM.to_bytes; the msgpack form that spacy-elmo
+    0.1 pipelines hold is still read."""
+    import srsly
+    from thinc.api import Model
+
+    from spacy_elmo.layers.elmo_model import build_elmo_model_v1, get_bilm, set_bilm
+
+    bilm = random_bilm()
+    model = build_elmo_model_v1()
+    assert get_bilm(model) is None
+    empty = model.to_bytes()
+    set_bilm(model, bilm)
+    loaded: Model = build_elmo_model_v1().from_bytes(model.to_bytes())
+    assert get_bilm(loaded).config == bilm.config
+    torch.testing.assert_close(layers(get_bilm(loaded).eval()), layers(bilm), rtol=0, atol=0)
+    assert get_bilm(build_elmo_model_v1().from_bytes(empty)) is None
+
+    shim = build_elmo_model_v1().shims[0]
+    legacy = {"config": bilm.config.to_dict(), "state": state_to_bytes(bilm.state_dict())}
+    shim.from_bytes(srsly.msgpack_dumps({"config": shim.cfg, "state": srsly.msgpack_dumps(legacy)}))
+    torch.testing.assert_close(layers(shim.module.eval()), layers(bilm), rtol=0, atol=0)
+    with pytest.raises(WeightsError):
+        shim.from_bytes(srsly.msgpack_dumps({"config": shim.cfg, "state": b"\x00" * 16}))
