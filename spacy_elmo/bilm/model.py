@@ -75,6 +75,8 @@ class ElmoBiLM(nn.Module):
         super().__init__()
         if not isinstance(config, BiLMConfig):
             config = BiLMConfig.from_options(config).with_head(vocab_size, softmax_options)
+        elif vocab_size or softmax_options is not None:
+            raise ValueError("ElmoBiLM: vocab_size and softmax_options go with an options dict; use BiLMConfig.with_head")
         self.config = config
         self.max_chars = config.max_characters_per_token
         self.token_encoder = CharTokenEncoder(
