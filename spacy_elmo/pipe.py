@@ -5,8 +5,10 @@ listeners of downstream components.
 On a GPU the biLM computes in float32 with TF32 off (``ElmoBiLM.allow_tf32``), so a
 sentence gets the same vectors in any batch, within 5e-5; ``doc._.elmo`` is always a
 float32 NumPy array, copied from the device once per batch."""
+import contextlib
 import os
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
-from .bilm import ElmoBiLM
+from .bilm import ElmoBiLM, OptionsError, WeightsError
 from .frozen_cache import FrozenLayerCache
 from .hooks import set_elmo_hooks
 from .layers.elmo_model import (
@@ -312,12 +314,14 @@ class Elmo(TrainablePipe):
             self._set_listener_width(listener)
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_disk(path, exclude=exclude)
+        with _clear_load_errors(f"{Path(path) / 'model'}"):
+            super().from_disk(path, exclude=exclude)
         self._after_load()
         return self
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_bytes(bytes_data, exclude=exclude)
+        with _clear_load_errors(f"the bytes of component '{self.name}'"):
+            super().from_bytes(bytes_data, exclude=exclude)
         self._after_load()
         return self
 
@@ -334,3 +338,17 @@ class Elmo(TrainablePipe):
             self._set_listener_width(listener)
         self._set_replace_hooks()
 
+
+@contextlib.contextmanager
+def _clear_load_errors(source: str) -> Iterator[None]:
+    """A damaged or truncated ``elmo/model`` file fails inside msgpack or safetensors
+    with a message such as "Unpack failed"; name the file and what is wrong instead."""
+    try:
+        yield
+    except (WeightsError, OptionsError) as err:
+        raise type(err)(f"elmo: {source}: {err}") from None
+    except (ValueError, TypeError, KeyError, EOFError) as err:
+        raise ValueError(
+            f"elmo: {source} is truncated or damaged and cannot be read ({type(err).__name__}: {err}); "
+            "copy the pipeline again or re-create it with `python -m spacy_elmo init-pipeline`"
+        ) from None

@@ -6,7 +6,7 @@ ordered (input, candidate, forget, output) and the bias lacks TF's forget bias o
 """
 import json
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Set, Tuple
 
 import numpy as np
 import torch
@@ -32,6 +32,8 @@ def read_options(path: Path) -> BiLMConfig:
     """The config of an ``options.json`` file."""
     if not path.exists():
         raise OptionsError(f"ELMo options file not found: {path}")
+    if not path.is_file():
+        raise OptionsError(f"ELMo options path is not a file: {path} (expected an options.json file)")
     try:
         with path.open(encoding="utf-8") as f:
             options = json.load(f)
@@ -47,11 +49,14 @@ def read_allennlp(options_path: Path, weights_path: Path) -> Tuple[BiLMConfig, D
     config = read_options(options_path)
     if not weights_path.exists():
         raise WeightsError(f"ELMo weights file not found: {weights_path}")
+    if not weights_path.is_file():
+        raise WeightsError(f"ELMo weights path is not a file: {weights_path} (expected an HDF5 file)")
     try:
         h5 = h5py.File(weights_path, "r")
     except OSError as err:
         raise WeightsError(f"ELMo weights file {weights_path} is not an HDF5 file: {err}") from None
 
+    read: Set[str] = set()
     with h5:
 
         def get(name: str, shape: Tuple[int, ...]) -> np.ndarray:
@@ -63,10 +68,33 @@ def read_allennlp(options_path: Path, weights_path: Path) -> Tuple[BiLMConfig, D
                     f"{weights_path}: dataset '{name}' has shape {tuple(data.shape)}, "
                     f"but {options_path} implies {tuple(shape)}"
                 )
-            return np.asarray(data[...], dtype=np.float32)
+            try:
+                value = np.asarray(data[...], dtype=np.float32)
+            except (OSError, ValueError, TypeError) as err:
+                raise WeightsError(f"{weights_path}: dataset '{name}' cannot be read: {err}") from None
+            if not np.isfinite(value).all():
+                raise WeightsError(f"{weights_path}: dataset '{name}' holds non-finite values (NaN or inf)")
+            read.add(name)
+            return value
 
         state = _allennlp_state(config, get)
+        extra = sorted(set(_dataset_names(h5)) - read)
+    if extra:
+        shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+        raise WeightsError(
+            f"{weights_path}: datasets that {options_path} does not account for: {shown} "
+            f"(options: n_highway = {config.n_highway}, n_layers = {config.n_layers}, "
+            f"{len(config.filters)} filters); the options do not describe this file"
+        )
     return config, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
+
+
+def _dataset_names(h5: Any) -> List[str]:
+    import h5py
+
+    names: List[str] = []
+    h5.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
 
 
 def _forget_bias(cell_dim: int) -> np.ndarray:

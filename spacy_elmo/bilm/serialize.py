@@ -6,6 +6,7 @@ line, line number = id).
 These functions read and write configs and state dicts; they know nothing of the
 module (``ElmoBiLM.save`` / ``load`` / ``to_bytes`` / ``from_bytes`` use them).
 """
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +26,8 @@ WEIGHTS_NAME = "model.safetensors"
 VOCAB_NAME = "vocab.txt"
 MODEL_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
 CONFIG_METADATA_KEY = "spacy_elmo.config"  # the config.json form inside a safetensors blob
+SHA256_METADATA_KEY = "spacy_elmo.tensors_sha256"  # tensors_sha256 of the blob's tensors
+CONFIG_SHA256_KEY = "weights_sha256"  # in config.json: sha256 of the model.safetensors bytes
 
 State = Dict[str, torch.Tensor]
 
@@ -35,10 +38,15 @@ def state_to_bytes(state: Mapping[str, torch.Tensor], half: bool = False, config
     from safetensors.torch import save
 
     dtype = torch.float16 if half else torch.float32
+    tensors = {k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}
     metadata = None
     if config is not None:
-        metadata = {CONFIG_METADATA_KEY: json.dumps(config.to_dict()), "format_version": str(FORMAT_VERSION)}
-    return save({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, metadata=metadata)
+        metadata = {
+            CONFIG_METADATA_KEY: json.dumps(config.to_dict()),
+            "format_version": str(FORMAT_VERSION),
+            SHA256_METADATA_KEY: tensors_sha256(tensors),
+        }
+    return save(tensors, metadata=metadata)
 
 
 def state_from_bytes(data: bytes, source: str) -> State:
@@ -46,9 +54,19 @@ def state_from_bytes(data: bytes, source: str) -> State:
     from safetensors.torch import load
 
     try:
-        return load(data)
+        state = load(data)
     except Exception as err:  # safetensors raises its own error type
-        raise WeightsError(f"{source}: not a safetensors file: {err}") from None
+        raise WeightsError(
+            f"{source}: not a readable safetensors file (damaged or truncated header?): {err}"
+        ) from None
+    verify_sha256(tensors_sha256(state), _metadata(data).get(SHA256_METADATA_KEY), source, "stored sha256")
+    return state
+
+
+def _metadata(data: bytes) -> Dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (already parsed once by ``load``)."""
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(bytes(data[8 : 8 + size]).decode("utf-8")).get("__metadata__") or {}
 
 
 def config_from_bytes(data: bytes, source: str) -> BiLMConfig:
@@ -84,6 +102,29 @@ def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
             raise WeightsError(
                 f"{source}: tensor '{name}' has shape {tuple(value.shape)}, expected {tuple(expected[name].shape)}"
             )
+    for name, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise WeightsError(f"{source}: tensor '{name}' holds non-finite values (NaN or inf)")
+
+
+def tensors_sha256(state: Mapping[str, torch.Tensor]) -> str:
+    """sha256 of the tensors as stored (names, dtypes, shapes and bytes, by name), so
+    the same weights give the same digest whatever the file layout."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        value = state[name].detach().contiguous().cpu()
+        digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}|".encode("utf-8"))
+        digest.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def verify_sha256(actual: str, expected: Any, source: str, what: str) -> None:
+    """WeightsError unless ``expected`` is None (no checksum stored: accepted) or equal."""
+    if expected is not None and actual != expected:
+        raise WeightsError(
+            f"{source}: the weights do not match their checksum ({what} {expected}, found {actual}): "
+            "the file is damaged (overwritten or truncated); copy or export the model again"
+        )
 
 
 def model_file_bytes(
@@ -95,7 +136,9 @@ def model_file_bytes(
     data = config.to_dict()
     data["format_version"] = FORMAT_VERSION
     data["dtype"] = "float16" if half else "float32"
-    files = [(WEIGHTS_NAME, state_to_bytes(state, half))]
+    weights = state_to_bytes(state, half)
+    data[CONFIG_SHA256_KEY] = hashlib.sha256(weights).hexdigest()
+    files = [(WEIGHTS_NAME, weights)]
     if vocab is not None:
         files.append((VOCAB_NAME, "".join(f"{w}\n" for w in vocab).encode("utf-8")))
     files.append((CONFIG_NAME, json.dumps(data, indent=2).encode("utf-8")))
@@ -173,7 +216,11 @@ def read_model_dir(path: Path) -> Tuple[BiLMConfig, State]:
     weights = Path(path) / WEIGHTS_NAME
     if not weights.exists():
         raise WeightsError(f"ELMo weights file not found: {weights}")
-    return config, state_from_bytes(weights.read_bytes(), str(weights))
+    data = weights.read_bytes()
+    expected = json.loads((Path(path) / CONFIG_NAME).read_text(encoding="utf-8")).get(CONFIG_SHA256_KEY)
+    # No checksum (models written before it was stored) is accepted; a wrong one is not.
+    verify_sha256(hashlib.sha256(data).hexdigest(), expected, str(weights), f"{CONFIG_NAME} says")
+    return config, state_from_bytes(data, str(weights))
 
 
 def read_vocab(path: Path) -> List[str]:
