@@ -5,7 +5,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import typer
 
-from ._app import app
+from ._app import app, clear_errors
 
 # (word, two sentences with the same sense, one with another sense)
 SENSES: List[Tuple[str, str, str, str]] = [
@@ -51,6 +51,7 @@ def load_nlp(weights: Optional[Path]):
 
 
 @app.command("demo")
+@clear_errors
 def demo_cli(
     weights: Optional[Path] = typer.Option(None, "--weights", help="model dir or published model name, e.g. small (default: the shipped English model)"),
 ) -> None:
