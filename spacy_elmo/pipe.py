@@ -300,6 +300,8 @@ class Elmo(TrainablePipe):
         """
         from .loaders import default_loader
 
+        if nlp is not None:
+            check_listener_upstreams(nlp)
         if loader is None:
             loader = default_loader()
         bilm = loader()
@@ -352,3 +354,20 @@ def _clear_load_errors(source: str) -> Iterator[None]:
             f"elmo: {source} is truncated or damaged and cannot be read ({type(err).__name__}: {err}); "
             "copy the pipeline again or re-create it with `python -m spacy_elmo init-pipeline`"
         ) from None
+
+
+def check_listener_upstreams(nlp: Language) -> None:
+    """An ElmoListener whose ``upstream`` names no ``elmo`` component of the pipeline
+    would never receive layers in training: say so at initialize."""
+    elmo_names = {name for name, pipe in nlp.pipeline if isinstance(pipe, Elmo)}
+    for name, pipe in nlp.pipeline:
+        model = getattr(pipe, "model", None)
+        if not isinstance(model, Model):
+            continue
+        for node in model.walk():
+            if isinstance(node, ElmoListener) and node.upstream_name != "*" and node.upstream_name not in elmo_names:
+                raise ValueError(
+                    f"elmo: component '{name}' has an ElmoListener with upstream = "
+                    f"{node.upstream_name!r}, but the pipeline's elmo components are "
+                    f"{sorted(elmo_names)}; set upstream to one of them (or \"*\")"
+                )
