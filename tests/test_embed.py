@@ -34,6 +34,24 @@ def corpus(n: int, blank_every: int = 0):
     return lines
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the test process dies (e.g. killed by a timeout),
+    so that no run outlives its test."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def start_run(cmd, log: Path) -> subprocess.Popen:
+    """Start an embed run whose stderr goes to ``log`` (a file, not a pipe: a full pipe
+    would block the run)."""
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=err,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+
+
 def write_lines(path: Path, lines) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
@@ -113,9 +131,8 @@ def test_killed_run_leaves_a_readable_file_and_resumes(tmp_path, tiny_dir, elmo_
     out = tmp_path / "out.h5"
     cmd = [sys.executable, "-m", "spacy_elmo", "embed", str(src), str(out), "--weights", str(tiny_dir),
            "--batch-size", "2", "--quiet"]
-    log = tmp_path / "stderr.log"  # a file, not a pipe: a full pipe would block the run
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    log = tmp_path / "stderr.log"
+    proc = start_run(cmd, log)
     try:
         deadline = time.monotonic() + 120
         while (not out.exists() or out.stat().st_size < 200_000) and proc.poll() is None:
@@ -124,7 +141,7 @@ def test_killed_run_leaves_a_readable_file_and_resumes(tmp_path, tiny_dir, elmo_
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
         if proc.poll() is None:  # the kill under test, or clean-up after a failed check
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.send_signal(signal.SIGKILL)
         proc.wait()
     with h5py.File(out, "r") as f:  # readable after the kill, holding whole batches
         keys = sorted(int(k) for k in f.keys())

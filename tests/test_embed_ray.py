@@ -4,7 +4,6 @@ shards it finished."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from spacy_elmo.embed import EmbedSettings, embed_file
-from test_embed import SAME, corpus, write_lines
+from test_embed import SAME, corpus, start_run, write_lines
 
 ray = pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[test]" (the test extra holds ray[data])')
 
@@ -58,9 +57,8 @@ def test_ray_run_killed_resumes_and_equals_one_process(tmp_path, tiny_dir, ray_c
     cmd = [sys.executable, "-m", "spacy_elmo", "embed", str(src), str(out), "--weights", str(tiny_dir),
            "--engine", "ray", "--ray-address", ray_cluster, "--n-process", "2", "--shard-size", "4",
            "--batch-size", "2", "--layers", "average", "--quiet"]
-    log = tmp_path / "stderr.log"  # a file, not a pipe: a full pipe would block the run
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    log = tmp_path / "stderr.log"
+    proc = start_run(cmd, log)
     try:
         deadline = time.monotonic() + 600  # a hang guard: a loaded machine is slow
         index = shards / "index.json"
@@ -70,7 +68,7 @@ def test_ray_run_killed_resumes_and_equals_one_process(tmp_path, tiny_dir, ray_c
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
         if proc.poll() is None:  # the kill under test, or clean-up after a failed check
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert not out.exists()
     finished = json.loads((shards / "index.json").read_text())["shards"]
