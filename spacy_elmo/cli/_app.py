@@ -1,4 +1,5 @@
 import functools
+import os
 from typing import Any, Callable, TypeVar
 
 import typer
@@ -24,6 +25,14 @@ def clear_errors(command: F) -> F:
         except (ValueError, OSError, KeyError) as err:
             message = err.args[0] if isinstance(err, KeyError) and err.args else err
             typer.echo(f"Error: {message}", err=True)
+            raise typer.Exit(1) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as err:  # an unforeseen failure: still one line (the traceback on request)
+            if os.environ.get("SPACY_ELMO_TRACEBACK"):
+                raise
+            first = str(err).splitlines()[0] if str(err) else ""
+            typer.echo(f"Error: {type(err).__name__}: {first} (set SPACY_ELMO_TRACEBACK=1 for the traceback)", err=True)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]

@@ -13,8 +13,9 @@ def export_cli(
     out_dir: Path = typer.Argument(..., help="output directory"),
     fmt: str = typer.Option("allennlp", "--format", help="allennlp (options.json + weights.hdf5) or elmo"),
     half: bool = typer.Option(False, "--half", help="with --format elmo: half-precision weights"),
+    force: bool = typer.Option(False, "--force", help="overwrite the format's files in OUT_DIR (its other files are kept)"),
 ) -> None:
     """Export a model to the published AllenNLP layout or the own format."""
     from ..export import export
 
-    typer.echo(f"Wrote {export(model_dir, out_dir, fmt, half)}")
+    typer.echo(f"Wrote {export(model_dir, out_dir, fmt, half, force=force)}")

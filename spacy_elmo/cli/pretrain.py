@@ -13,12 +13,13 @@ def pretrain_cli(
     ctx: typer.Context,
     config_path: Path = typer.Argument(..., help="pretraining config (e.g. configs/pretrain/tiny.cfg)"),
     output: Path = typer.Option(..., "--output", "-o", help="output directory (model + checkpoints)"),
+    force: bool = typer.Option(False, "--force", help="write into a directory that holds other files (model files there are overwritten)"),
 ) -> None:
     """Train a biLM (resumes from OUTPUT's checkpoint). Override settings like --training.max_steps 1000."""
     from spacy.cli._util import parse_config_overrides
 
     from ..pretrain.run import pretrain
 
-    result = pretrain(config_path, output, parse_config_overrides(ctx.args))
+    result = pretrain(config_path, output, parse_config_overrides(ctx.args), force=force)
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(f"Done at step {result['step']}; model in {output}")

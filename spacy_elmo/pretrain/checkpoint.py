@@ -41,5 +41,14 @@ def save_checkpoint(state: Dict[str, Any], path: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
-    """The state saved at ``path``, on the CPU."""
-    return torch.load(Path(path), map_location="cpu", weights_only=False)
+    """The state saved at ``path``, on the CPU; a clear error for an empty or damaged file."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # torch raises EOFError, RuntimeError, UnpicklingError, ...
+        detail = "empty file" if path.stat().st_size == 0 else f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        raise ValueError(f"{path} is not a readable checkpoint ({detail}); restore it, or delete it to "
+                         "start the run afresh") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "step", "config", "vocab"} <= set(state):
+        raise ValueError(f"{path} is not a pretraining checkpoint of spacy-elmo")
+    return state

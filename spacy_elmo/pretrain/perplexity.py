@@ -30,6 +30,9 @@ def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: in
     if bilm.softmax is None:
         raise ValueError(f"{model_dir}: the model has no softmax (published weights), so no perplexity")
     vocab = read_vocab(model_dir)
+    if len(vocab) != bilm.vocab_size:
+        raise ValueError(f"{model_dir}: vocab.txt has {len(vocab):,} words but the model's softmax has "
+                         f"{bilm.vocab_size:,}: the vocabulary does not belong to these weights")
     corpus = _read_text(text, kind, lang)
     return evaluate(bilm, corpus, target_map(corpus, vocab), batch_tokens=batch_tokens)
 

@@ -15,6 +15,7 @@ spaCy's ``Sentencizer``); whitespace tokens are dropped. Source quirks:
 import gzip
 import re
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Iterable, Iterator, List
 
@@ -35,9 +36,20 @@ def detect_kind(path: Path) -> str:
 
 
 def _open_text(path: Path) -> Iterator[str]:
+    """Lines of a UTF-8 text file (.gz: gzip-compressed); binary input (NUL bytes, bytes
+    that are not UTF-8, a truncated or damaged .gz) is a clear error naming the file."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:  # type: ignore[operator]
-        yield from f
+    number = 0
+    try:
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            for number, raw in enumerate(f, 1):
+                if b"\0" in raw:
+                    raise ValueError(f"{path}: line {number} holds NUL bytes: not a text file")
+                yield raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: line {number} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"{path}: truncated or damaged gzip file ({err})") from None
 
 
 def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
@@ -50,12 +62,16 @@ def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
     if kind == "auto":
         kind = detect_kind(path)
     if kind == "imdb":
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar:
-                if member.isfile() and _IMDB_REVIEW.search(member.name):
-                    data = tar.extractfile(member)
-                    if data is not None:
-                        yield data.read().decode("utf-8", "replace").replace("<br />", " ")
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                for member in tar:
+                    if member.isfile() and _IMDB_REVIEW.search(member.name):
+                        data = tar.extractfile(member)
+                        if data is not None:
+                            yield data.read().decode("utf-8", "replace").replace("<br />", " ")
+        except (tarfile.TarError, EOFError, zlib.error) as err:
+            raise ValueError(f"{path}: not a readable .tar.gz archive of aclImdb reviews ({err}); "
+                             "for plain text use --kind plain") from None
         return
     for line in _open_text(path):
         line = line.strip()

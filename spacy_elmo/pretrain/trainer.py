@@ -25,15 +25,21 @@ from torch import nn
 from ..bilm import ElmoBiLM
 from .batches import cut_sentences, make_batch
 from .checkpoint import CHECKPOINT, load_checkpoint, rng_states, save_checkpoint, set_rng_states
+from .config import resume_changes
 from .corpus import build_vocab, target_map
 from .data import load_corpus
 from .distributed import any_rank, rank_world, sum_over_ranks
 from .init import load_init_weights, read_init, settle_config
 from .loss import BiLMLoss, batch_to, evaluate
+from .output import METRICS_NAME, truncate_metrics
 from .signals import StopSignals
 from .stream import BatchStream
 
-__all__ = ["CHECKPOINT", "BiLMLoss", "Trainer", "evaluate", "learning_rate"]
+__all__ = ["CHECKPOINT", "BiLMLoss", "Trainer", "TrainingDiverged", "evaluate", "learning_rate"]
+
+
+class TrainingDiverged(ValueError):
+    """The loss, gradient or weights stopped being finite; nothing more is saved."""
 
 
 def learning_rate(step: int, training: Dict[str, Any]) -> float:
@@ -59,6 +65,8 @@ class Trainer:
         device = self.training["device"]
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("training.device is 'cuda' but torch finds no CUDA device here; use 'auto' or 'cpu'")
         if device == "cuda":  # torchrun's LOCAL_RANK: this process's GPU on its machine
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank % max(1, torch.cuda.device_count())))
             self.device = torch.device("cuda", local_rank)
@@ -114,17 +122,28 @@ class Trainer:
         if not path.exists():
             return False
         state = load_checkpoint(path)
-        if state["vocab"] != self.vocab or state["config"]["model"] != self.config["model"]:
-            raise ValueError(f"{path}: the checkpoint's model or vocabulary differs from the config; "
-                             "use another --output or delete the checkpoint")
-        self.bilm.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        changed = resume_changes(state["config"], self.config)
+        if state["vocab"] != self.vocab and not any(c.startswith("vocab.") for c in changed):
+            changed.append("the vocabulary (built from paths.train)")
+        if changed:
+            raise ValueError(f"{path}: this run's config differs from the checkpoint's in {', '.join(changed)}; "
+                             "a resumed run must keep them (max_steps, intervals, lr may change): restore them, "
+                             "or use another --output")
+        try:
+            self.bilm.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise ValueError(f"{path}: the checkpoint does not fit this model: {str(err).splitlines()[0]}") from None
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.stream.seek(state["epoch"], state["batch_index"])
         self.tokens_seen = state["tokens_seen"]
         set_rng_states(state["rng"])
+        if self.rank == 0:
+            # the model files and metrics as of the checkpoint (a killed run may have got past it)
+            self.bilm.write_files(self.output_dir, vocab=self.vocab)
+            truncate_metrics(self.output_dir, self.step)
         self.log(f"Resumed from {path} at step {self.step}")
         return True
 
@@ -132,13 +151,23 @@ class Trainer:
         if self.rank != 0:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.state(), self.output_dir / CHECKPOINT)
+        if not all(bool(torch.isfinite(p).all()) for p in self.bilm.parameters()):
+            raise TrainingDiverged(f"the weights are not finite at step {self.step}: the run diverged; "
+                                   f"{self._kept()} (lower training.lr or raise warmup_steps)")
+        # model files first, then the checkpoint: a resume rewrites the model files from it
         self.bilm.write_files(self.output_dir, vocab=self.vocab)
+        save_checkpoint(self.state(), self.output_dir / CHECKPOINT)
+
+    def _kept(self) -> str:
+        path = self.output_dir / CHECKPOINT
+        if path.exists():
+            return f"the last good checkpoint is kept in {path}"
+        return "no checkpoint was written"
 
     def _metrics(self, record: Dict[str, Any]) -> None:
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            with (self.output_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            with (self.output_dir / METRICS_NAME).open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
     def _should_stop(self) -> bool:
@@ -173,10 +202,16 @@ class Trainer:
                             enabled=amp != "none"):
             nll_f, nll_b = self.module(batch)
         total = nll_f + nll_b
+        if any_rank(not bool(torch.isfinite(total.detach())), self.device):
+            raise TrainingDiverged(f"the training loss is not finite at step {self.step + 1}: the run diverged; "
+                                   f"{self._kept()} (lower training.lr or raise warmup_steps)")
         # DDP averages gradients over ranks: scale so the result is the global-batch mean.
         self.scaler.scale(total * (self.world / n_global)).backward()
         self.scaler.unscale_(self.optimizer)  # clip the true gradient
-        torch.nn.utils.clip_grad_norm_(self.bilm.parameters(), float(self.training["grad_clip"]))
+        norm = torch.nn.utils.clip_grad_norm_(self.bilm.parameters(), float(self.training["grad_clip"]))
+        if not self.scaler.is_enabled() and not bool(torch.isfinite(norm)):
+            raise TrainingDiverged(f"the gradient is not finite at step {self.step + 1}: the run diverged; "
+                                   f"{self._kept()} (lower training.lr or raise warmup_steps)")
         self.scaler.step(self.optimizer)  # skipped when an fp16 gradient overflowed
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
