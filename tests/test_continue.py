@@ -159,11 +159,11 @@ def test_published_name_as_init(corpora, tiny_dir, tiny_bilm, tmp_path, monkeypa
 
 
 def test_config_validation_of_vocab_and_model(corpora):
-    with pytest.raises(ValueError, match="vocab.from_init must be true or false"):
+    with pytest.raises(ValueError, match=r"\[vocab\] from_init: input should be a valid boolean"):
         config(corpora / "en.npz", **{"vocab.from_init": "yes"})
     with pytest.raises(ValueError, match=r"unknown \[vocab\] settings \['cutoff'\]"):
         config(corpora / "en.npz", **{"vocab.cutoff": 3})
-    with pytest.raises(ValueError, match=r"\[vocab\] size must be an integer of at least 4"):
+    with pytest.raises(ValueError, match=r"\[vocab\] size: input should be greater than 3"):
         config(corpora / "en.npz", **{"vocab.size": 2})
     with pytest.raises(ValueError, match=r"\[model\]"):
         config(corpora / "en.npz", model=False)  # no init: [model] is needed

@@ -26,6 +26,6 @@ def perplexity_cli(
         import torch
 
         torch.set_num_threads(threads)
-    typer.echo(f"perplexity {perplexity(model_dir, text, kind, lang=lang):.2f}")
+    typer.echo(f"perplexity {perplexity(model_dir, text, kind, lang=lang, progress=True):.2f}")
     if baseline_train is not None:
         typer.echo(f"unigram baseline perplexity {unigram_baseline(model_dir, baseline_train, text, kind, lang=lang):.2f}")

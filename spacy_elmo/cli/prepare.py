@@ -18,5 +18,5 @@ def prepare_cli(
     """Tokenize and sentence-split raw text once into the corpus file pretraining reads."""
     from ..pretrain.data import prepare
 
-    stats = prepare(texts, output, kind, lang=lang)
+    stats = prepare(texts, output, kind, lang=lang, progress=True)
     typer.echo(f"Wrote {output}: {stats['sentences']:,} sentences, {stats['tokens']:,} tokens, {stats['types']:,} types")

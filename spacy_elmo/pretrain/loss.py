@@ -5,6 +5,7 @@ one the previous token (after ``<S>``); both share the softmax. Perplexity is ex
 the mean forward and backward negative log-likelihood per predicted token.
 """
 import math
+import sys
 from dataclasses import fields, replace
 from typing import Optional, Tuple
 
@@ -55,14 +56,17 @@ def batch_to(batch: LMBatch, device: Optional[torch.device]) -> LMBatch:
 
 
 def evaluate(bilm: ElmoBiLM, corpus: Corpus, targets: np.ndarray, max_sentences: int = 0,
-             batch_tokens: int = 4096, device: Optional[torch.device] = None) -> float:
+             batch_tokens: int = 4096, device: Optional[torch.device] = None, progress: bool = False) -> float:
     """Held-out perplexity: exp of the mean forward and backward NLL per predicted token
     (full softmax over the output vocabulary; </S> and <S> once per sentence).
 
     targets: output-vocabulary id of every corpus type (``corpus.target_map``).
     max_sentences: evaluate the first this many sentences (0: all).
     batch_tokens: tokens per evaluation batch (boundaries included).
+    progress: show a progress bar (tokens/s) on stderr.
     """
+    from tqdm import tqdm
+
     offsets = corpus.offsets
     n = corpus.n_sentences if not max_sentences else min(max_sentences, corpus.n_sentences)
     lengths = np.diff(offsets)[:n]
@@ -70,7 +74,9 @@ def evaluate(bilm: ElmoBiLM, corpus: Corpus, targets: np.ndarray, max_sentences:
     char_table = corpus.char_table(bilm.max_chars)
     loss = BiLMLoss(bilm, 0.0).eval()
     total, count = 0.0, 0
-    with torch.no_grad():
+    bar = tqdm(total=int(lengths.sum()), desc="Perplexity", unit=" tokens", unit_scale=True, mininterval=1.0,
+               file=sys.stderr, disable=not progress)
+    with bar, torch.no_grad():
         start = 0
         while start < n:
             cost = np.cumsum(lengths[order[start:]] + 2)
@@ -79,5 +85,6 @@ def evaluate(bilm: ElmoBiLM, corpus: Corpus, targets: np.ndarray, max_sentences:
             nll_f, nll_b = loss(batch)
             total += float(nll_f) + float(nll_b)
             count += batch.n_targets
+            bar.update(int(lengths[order[start:end]].sum()))
             start = end
     return math.exp(total / max(1, count))

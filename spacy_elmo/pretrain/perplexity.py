@@ -3,16 +3,17 @@ same vocabulary and counting."""
 from pathlib import Path
 
 from .corpus import Corpus, target_map, unigram_perplexity
-from .data import load_corpus, prepare_corpus
+from .data import is_prepared, load_corpus, prepare_corpus
 
 
-def _read_text(text: Path, kind: str, lang: str = "en") -> Corpus:
-    if Path(text).suffix == ".npz" or (kind == "auto" and lang == "en"):
-        return load_corpus(text)
-    return prepare_corpus([text], kind, lang=lang)
+def _read_text(text: Path, kind: str, lang: str = "en", progress: bool = False) -> Corpus:
+    if is_prepared(Path(text)) or (kind == "auto" and lang == "en"):
+        return load_corpus(text, progress)
+    return prepare_corpus([text], kind, lang=lang, progress=progress)
 
 
-def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: int = 4096, lang: str = "en") -> float:
+def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: int = 4096, lang: str = "en",
+               progress: bool = False) -> float:
     """Held-out perplexity of a pretrained model (one with its softmax) on a text file,
     tokenized as pretraining does.
 
@@ -33,8 +34,8 @@ def perplexity(model_dir: Path, text: Path, kind: str = "auto", batch_tokens: in
     if len(vocab) != bilm.vocab_size:
         raise ValueError(f"{model_dir}: vocab.txt has {len(vocab):,} words but the model's softmax has "
                          f"{bilm.vocab_size:,}: the vocabulary does not belong to these weights")
-    corpus = _read_text(text, kind, lang)
-    return evaluate(bilm, corpus, target_map(corpus, vocab), batch_tokens=batch_tokens)
+    corpus = _read_text(text, kind, lang, progress)
+    return evaluate(bilm, corpus, target_map(corpus, vocab), batch_tokens=batch_tokens, progress=progress)
 
 
 def unigram_baseline(model_dir: Path, train: Path, text: Path, kind: str = "auto", lang: str = "en") -> float:

@@ -70,7 +70,8 @@ def read_paragraphs(path: Path, kind: str = "auto") -> Iterator[str]:
                         if data is not None:
                             yield data.read().decode("utf-8", "replace").replace("<br />", " ")
         except (tarfile.TarError, EOFError, zlib.error) as err:
-            raise ValueError(f"{path}: not a readable .tar.gz archive of aclImdb reviews ({err}); "
+            detail = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
+            raise ValueError(f"{path}: not a readable .tar.gz archive of aclImdb reviews ({detail}); "
                              "for plain text use --kind plain") from None
         return
     for line in _open_text(path):

@@ -73,8 +73,11 @@ class Trainer:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
-        self.train = load_corpus(Path(config["paths"]["train"]))
-        self.dev = load_corpus(Path(config["paths"]["dev"])) if config["paths"].get("dev") else None
+        self.log(f"Loading the training text {config['paths']['train']}")
+        self.train = load_corpus(Path(config["paths"]["train"]), progress=self.rank == 0)
+        if config["paths"].get("dev"):
+            self.log(f"Loading the held-out text {config['paths']['dev']}")
+        self.dev = load_corpus(Path(config["paths"]["dev"]), progress=self.rank == 0) if config["paths"].get("dev") else None
         # continued pretraining (paths.init): shapes from the init model; its vocabulary and
         # softmax kept unless it has none or [vocab] from_init = false (see pretrain/init.py)
         init = read_init(config["paths"]["init"]) if config["paths"].get("init") else None
@@ -93,6 +96,9 @@ class Trainer:
             del init
         self.bilm.to(self.device)
         self.char_table = self.train.char_table(self.bilm.max_chars)
+        n_params = sum(p.numel() for p in self.bilm.parameters())
+        self.log(f"{self.train.n_tokens:,} training tokens, {len(self.vocab):,} output words, "
+                 f"{n_params / 1e6:.1f}M parameters on {self.device}")
         self.loss = BiLMLoss(self.bilm, float(self.training["dropout"]))
         self.module: nn.Module = self.loss
         if self.world > 1:
@@ -239,7 +245,7 @@ class Trainer:
             n_tokens = int(self.lengths[sentences].sum())
             self.tokens_seen += n_tokens
             window_loss, window_count, window_tokens = window_loss + nll, window_count + n_global, window_tokens + n_tokens
-            if self.step % int(self.training["log_every"]) == 0 or self.step == max_steps:
+            if self.step % int(self.training["log_every"]) == 0 or self.step in (max_steps, start_step + 1):
                 elapsed = time.perf_counter() - t0
                 rate = window_tokens / max(elapsed, 1e-9)
                 per_step = (time.perf_counter() - run_start) / max(1, self.step - start_step)
