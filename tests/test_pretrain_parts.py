@@ -11,6 +11,8 @@ from spacy_elmo.pretrain.checkpoint import load_checkpoint, rng_states, save_che
 from spacy_elmo.pretrain.signals import StopSignals
 from spacy_elmo.pretrain.stream import BatchStream
 
+EMPTY = {"model": {}, "optimizer": {}, "step": 0, "config": {}, "vocab": []}  # the keys a checkpoint must have
+
 
 def test_batch_stream_builds_each_epoch_once(monkeypatch):
     lengths = np.random.default_rng(0).integers(1, 30, size=200)
@@ -36,7 +38,7 @@ def test_batch_stream_builds_each_epoch_once(monkeypatch):
 
 def test_checkpoint_rng_states_restore_on_cpu(tmp_path):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
-    state = {"rng": rng_states()}
+    state = {**EMPTY, "rng": rng_states()}
     want = (random.random(), np.random.rand(), torch.rand(3))
     save_checkpoint(state, tmp_path / "checkpoint.pt")
     loaded = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -50,7 +52,7 @@ def test_checkpoint_rng_states_restore_on_cpu(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_checkpoint_rng_states_restore_with_cuda(tmp_path):
     torch.cuda.manual_seed_all(2)
-    save_checkpoint({"rng": rng_states()}, tmp_path / "checkpoint.pt")
+    save_checkpoint({**EMPTY, "rng": rng_states()}, tmp_path / "checkpoint.pt")
     want = torch.rand(3, device="cuda")
     set_rng_states(load_checkpoint(tmp_path / "checkpoint.pt")["rng"])
     assert torch.equal(torch.rand(3, device="cuda"), want)
