@@ -71,7 +71,7 @@ def test_keeps_the_init_vocabulary_and_softmax(corpora, own_init, tmp_path):
     trainer = Trainer(config(corpora / "de.npz", init=str(own_init), model=False), tmp_path / "run", log=logs.append)
     init = ElmoBiLM.load(own_init)
     vocab = (own_init / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    assert trainer.vocab == vocab and "vocabulary (500 words) and softmax are kept" in logs[0]
+    assert trainer.vocab == vocab and any("vocabulary (500 words) and softmax are kept" in line for line in logs)
     for name, value in init.state_dict().items():  # softmax included
         assert same(trainer.bilm.state_dict()[name], value), name
     types = trainer.train.types
@@ -115,7 +115,7 @@ def test_allennlp_weights_as_init(form, corpora, tiny_dir, tiny_bilm, tmp_path):
     logs = []
     cfg = config(corpora / "en.npz", init=init, model=False, **{"vocab.size": 300})
     trainer = Trainer(cfg, tmp_path / "run", log=logs.append)
-    assert "it has no softmax" in logs[0] and "fresh softmax" in logs[0]
+    assert any("it has no softmax" in line and "fresh softmax" in line for line in logs)
     assert trainer.bilm.options["lstm"]["dim"] == 64  # the shapes come from the weights
     assert trainer.vocab == build_vocab(Corpus.load(corpora / "en.npz"), 300)
     state = trainer.bilm.state_dict()
