@@ -79,7 +79,8 @@ class TrainingSchema(_Section):
     max_steps: int = Field(1000, ge=1, description="optimizer steps in all")
     batch_tokens: int = Field(2048, ge=1, description="tokens per global batch (whole sentences, boundaries included)")
     max_sentence_length: int = Field(64, ge=1, description="longer sentences are cut into pieces")
-    lr: float = Field(0.002, gt=0, allow_inf_nan=False, description="Adam learning rate after warm-up")
+    lr: float = Field(0.002, gt=0, le=1.0, allow_inf_nan=False,
+                      description="Adam learning rate after warm-up (at most 1: larger ones only diverge)")
     warmup_steps: int = Field(200, ge=0, description="linear warm-up from 0")
     final_lr_ratio: float = Field(0.1, ge=0, le=1, description="linear decay to lr * final_lr_ratio at max_steps")
     grad_clip: float = Field(10.0, gt=0, allow_inf_nan=False, description="clip of the global gradient norm (bilm-tf: 10)")
