@@ -5,10 +5,9 @@ listeners of downstream components.
 On a GPU the biLM computes in float32 with TF32 off (``ElmoBiLM.allow_tf32``), so a
 sentence gets the same vectors in any batch, within 5e-5; ``doc._.elmo`` is always a
 float32 NumPy array, copied from the device once per batch."""
-import contextlib
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -20,9 +19,10 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
-from .bilm import ElmoBiLM, OptionsError, WeightsError
+from .bilm import ElmoBiLM
 from .frozen_cache import FrozenLayerCache
 from .hooks import set_elmo_hooks
+from .pipe_errors import check_listener_upstreams, clear_load_errors
 from .layers.elmo_model import (
     elmo_layers,
     get_bilm,
@@ -301,7 +301,7 @@ class Elmo(TrainablePipe):
         from .loaders import default_loader
 
         if nlp is not None:
-            check_listener_upstreams(nlp)
+            check_listener_upstreams(nlp, {name for name, pipe in nlp.pipeline if isinstance(pipe, Elmo)})
         if loader is None:
             loader = default_loader()
         bilm = loader()
@@ -316,13 +316,13 @@ class Elmo(TrainablePipe):
             self._set_listener_width(listener)
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        with _clear_load_errors(f"{Path(path) / 'model'}"):
+        with clear_load_errors(f"{Path(path) / 'model'}"):
             super().from_disk(path, exclude=exclude)
         self._after_load()
         return self
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        with _clear_load_errors(f"the bytes of component '{self.name}'"):
+        with clear_load_errors(f"the bytes of component '{self.name}'"):
             super().from_bytes(bytes_data, exclude=exclude)
         self._after_load()
         return self
@@ -339,35 +339,3 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             self._set_listener_width(listener)
         self._set_replace_hooks()
-
-
-@contextlib.contextmanager
-def _clear_load_errors(source: str) -> Iterator[None]:
-    """A damaged or truncated ``elmo/model`` file fails inside msgpack or safetensors
-    with a message such as "Unpack failed"; name the file and what is wrong instead."""
-    try:
-        yield
-    except (WeightsError, OptionsError) as err:
-        raise type(err)(f"elmo: {source}: {err}") from None
-    except (ValueError, TypeError, KeyError, EOFError) as err:
-        raise ValueError(
-            f"elmo: {source} is truncated or damaged and cannot be read ({type(err).__name__}: {err}); "
-            "copy the pipeline again or re-create it with `python -m spacy_elmo init-pipeline`"
-        ) from None
-
-
-def check_listener_upstreams(nlp: Language) -> None:
-    """An ElmoListener whose ``upstream`` names no ``elmo`` component of the pipeline
-    would never receive layers in training: say so at initialize."""
-    elmo_names = {name for name, pipe in nlp.pipeline if isinstance(pipe, Elmo)}
-    for name, pipe in nlp.pipeline:
-        model = getattr(pipe, "model", None)
-        if not isinstance(model, Model):
-            continue
-        for node in model.walk():
-            if isinstance(node, ElmoListener) and node.upstream_name != "*" and node.upstream_name not in elmo_names:
-                raise ValueError(
-                    f"elmo: component '{name}' has an ElmoListener with upstream = "
-                    f"{node.upstream_name!r}, but the pipeline's elmo components are "
-                    f"{sorted(elmo_names)}; set upstream to one of them (or \"*\")"
-                )
