@@ -169,9 +169,15 @@ def test_save_over_a_model_keeps_its_card(tiny_bilm: ElmoBiLM, tmp_path: Path) -
     target = tmp_path / "model"
     tiny_bilm.save(target, half=True)
     (target / "README.md").write_text("# card\n", encoding="utf-8")
+    (target / ".git").mkdir()
+    (target / ".git" / "HEAD").write_text("ref\n", encoding="utf-8")
+    (target / ".env").write_text("KEY=1\n", encoding="utf-8")
     (target / "vocab.txt").write_text("stale\n", encoding="utf-8")
     tiny_bilm.save(target)
     assert (target / "README.md").read_text(encoding="utf-8") == "# card\n"
+    assert (target / ".git" / "HEAD").read_text(encoding="utf-8") == "ref\n"  # a user's dot-files are kept
+    assert (target / ".env").read_text(encoding="utf-8") == "KEY=1\n"
+    assert (target / "model.safetensors").stat().st_mode & 0o777 != 0o600
     assert not (target / "vocab.txt").exists()
     assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
     assert sorted(f.name for f in tmp_path.iterdir()) == ["model"]

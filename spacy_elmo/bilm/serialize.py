@@ -8,9 +8,6 @@ module (``ElmoBiLM.save`` / ``load`` / ``to_bytes`` / ``from_bytes`` use them).
 """
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -148,41 +145,29 @@ def model_file_bytes(
 def save_model_dir(
     path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None, half: bool = False
 ) -> None:
-    """Write a model directory, replacing ``path`` as a whole (its other files, such
-    as a model card, are kept; stale model files are not)."""
-    files = model_file_bytes(config, state, vocab, half)
+    """Write a model directory: each model file replaced atomically, config.json (which
+    holds the weights' checksum) last; stale model files are removed, every other file of
+    the directory (a model card, dot-files such as ``.git``) is kept."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp"))
-    os.chmod(tmp, 0o755)  # mkdtemp makes the directory private
-    try:
-        for name, data in files:
-            (tmp / name).write_bytes(data)
-            os.chmod(tmp / name, 0o644)
-        if path.is_dir():  # keep what else the directory holds (a model card), not stale model files
-            for f in path.iterdir():
-                if f.name not in MODEL_FILES and not f.name.startswith("."):
-                    (shutil.copytree if f.is_dir() else shutil.copy2)(f, tmp / f.name)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old{os.getpid()}"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    files = model_file_bytes(config, state, vocab, half)
+    write_model_files(path, config, state, vocab=vocab, half=half, files=files)
+    written = {name for name, _ in files}
+    for name in MODEL_FILES:
+        if name not in written and (path / name).is_file():
+            (path / name).unlink()
 
 
 def write_model_files(
-    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None, half: bool = False
+    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None,
+    half: bool = False, files: Optional[List[Tuple[str, bytes]]] = None,
 ) -> None:
     """Write the model files into a directory, keeping its other files (e.g.
     checkpoints); each file is written atomically, config.json last."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OSError(f"{path} is a file, not a model directory")
     path.mkdir(parents=True, exist_ok=True)
-    for name, data in model_file_bytes(config, state, vocab, half):
+    for name, data in files if files is not None else model_file_bytes(config, state, vocab, half):
         atomic_write_bytes(path / name, data)
 
 
