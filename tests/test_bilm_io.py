@@ -159,13 +159,19 @@ def test_atomic_writes(tmp_path: Path) -> None:
     target = tmp_path / "file.bin"
     atomic_write_bytes(target, b"one")
     atomic_write_text(target, "two")
-    assert target.read_text() == "two" and oct(target.stat().st_mode & 0o777) == oct(0o644)
+    old = os.umask(0o027)  # the mode follows the umask, as open() would
+    try:
+        atomic_write_text(tmp_path / "private.txt", "x")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "private.txt").stat().st_mode & 0o777) == oct(0o640)
+    assert target.read_text() == "two" and oct(target.stat().st_mode & 0o777) == oct(0o666 & ~old)
     with pytest.raises(RuntimeError):
         with atomic_path(target) as tmp:
             tmp.write_text("half-written")
             raise RuntimeError("writer failed")
     assert target.read_text() == "two"
-    assert os.listdir(tmp_path) == ["file.bin"]  # no temporary file left behind
+    assert sorted(os.listdir(tmp_path)) == ["file.bin", "private.txt"]  # no temporary file left behind
     with atomic_path(tmp_path / "data.npz", suffix=".npz") as tmp:
         assert tmp.suffix == ".npz" and tmp.parent == tmp_path
         tmp.write_bytes(b"x")
@@ -196,3 +202,15 @@ def test_pipeline_model_bytes_round_trip_and_legacy_form() -> None:
     torch.testing.assert_close(layers(shim.module.eval()), layers(bilm), rtol=0, atol=0)
     with pytest.raises(WeightsError):
         shim.from_bytes(srsly.msgpack_dumps({"config": shim.cfg, "state": b"\x00" * 16}))
+
+
+def test_prepare_removes_the_temp_file_a_killed_run_left(tmp_path: Path) -> None:
+    from spacy_elmo.pretrain.corpus import build_corpus
+
+    out = tmp_path / "train.npz"
+    stale = tmp_path / ".train.npz.abc123.npz"  # what atomic_path leaves when SIGKILL hits mid-write
+    stale.write_bytes(b"PK half")
+    other = tmp_path / ".other.npz.abc123.npz"  # another file's temp: not ours to remove
+    other.write_bytes(b"x")
+    build_corpus([["a", "b"], ["c"]]).save(out)
+    assert out.exists() and not stale.exists() and other.exists()

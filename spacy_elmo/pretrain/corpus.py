@@ -8,7 +8,7 @@ from typing import Iterable, List, Sequence, Tuple
 import numpy as np
 
 from ..bilm.chars import tokens_to_char_ids
-from ..util.atomic import atomic_path
+from ..util.atomic import atomic_path, remove_stale_temps
 
 SPECIALS = ("<S>", "</S>", "<unk>")
 
@@ -43,6 +43,7 @@ class Corpus:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path, suffix=".npz")  # left by a killed earlier run
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, types=np.asarray("\n".join(self.types)), ids=self.ids, offsets=self.offsets)

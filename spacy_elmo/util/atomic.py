@@ -11,7 +11,25 @@ from pathlib import Path
 from typing import Iterator, Union
 
 PathLike = Union[str, os.PathLike]
-FILE_MODE = 0o644  # what a plain open() gives under the usual umask; mkstemp makes 0o600
+
+
+def file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file under the current umask
+    (mkstemp makes 0o600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def remove_stale_temps(path: PathLike, *, suffix: str = ".tmp") -> int:
+    """Remove temporary files that a killed writer of ``path`` left beside it (those
+    ``atomic_path(path, suffix=suffix)`` makes); returns how many. Call it before writing
+    ``path`` again, when no other process writes the same file."""
+    path = Path(path)
+    stale = list(path.parent.glob(f".{path.name}.*{suffix}")) if path.parent.is_dir() else []
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return len(stale)
 
 
 @contextlib.contextmanager
@@ -29,7 +47,7 @@ def atomic_path(path: PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, FILE_MODE)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
