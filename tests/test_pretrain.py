@@ -88,15 +88,9 @@ def test_tiny_pretraining_beats_unigram(trained, wikitext_slice):
     assert bilm.vocab_size == 2000
     from spacy_elmo.pretrain.perplexity import perplexity
 
-    from spacy_elmo.pretrain.corpus import target_map
-    from spacy_elmo.pretrain.loss import evaluate
-
+    # perplexity and the unigram baseline are checked against independent values in test_perplexity.py
     full_dev = perplexity(out, wikitext_slice / "valid.npz")  # all dev sentences; training used 500
     assert full_dev < 0.85 * unigram
-    assert full_dev == pytest.approx(evaluate(bilm, dev, target_map(dev, vocab)), rel=1e-6)
-    from spacy_elmo.pretrain.perplexity import unigram_baseline
-
-    assert unigram_baseline(out, wikitext_slice / "train.npz", wikitext_slice / "valid.npz") == pytest.approx(unigram)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("dev_ppl" in r for r in lines) and any("tokens_per_s" in r for r in lines)
 

@@ -153,11 +153,13 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     nlp.initialize(lambda: examples)
     elmo = nlp.get_pipe("elmo")
     docs = [eg.predicted for eg in examples]
-    first = elmo._frozen_layers(docs)
+    expected = elmo.predict(docs)  # computed without the cache
+    first = elmo._frozen_layers(docs)  # misses: computed and stored
     assert len(elmo.frozen_cache) == len(docs)
-    second = elmo._frozen_layers(docs)
-    for a, b in zip(first, second):
-        np.testing.assert_array_equal(a, b)
+    second = elmo._frozen_layers(docs[::-1])  # hits, in another order
+    for a, b, want in zip(first, second[::-1], expected):
+        np.testing.assert_array_equal(a, want)
+        np.testing.assert_array_equal(b, want)
     elmo.frozen_cache = FrozenLayerCache(0)
     elmo._frozen_layers(docs)
     assert not len(elmo.frozen_cache)
