@@ -16,8 +16,9 @@ ATOL = RTOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def expected(tiny_dir: Path):
-    return np.load(tiny_dir / "expected.npz")
+def expected(golden_dir: Path):
+    """The AllenNLP golden outputs for ``tiny_bilm`` (the test skips without them)."""
+    return np.load(golden_dir / "expected.npz")
 
 
 @pytest.fixture(scope="module")

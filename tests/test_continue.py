@@ -1,5 +1,4 @@
 """Continued pretraining (paths.init in both formats, [vocab] from_init) and prepare --lang."""
-import gzip
 import hashlib
 import shutil
 from pathlib import Path
@@ -8,7 +7,7 @@ import pytest
 import torch
 from thinc.api import Config
 
-from conftest import REPO
+from conftest import REPO, english_lines
 from spacy_elmo import ElmoBiLM
 from spacy_elmo.pretrain.config import validate_pretrain_config
 from spacy_elmo.pretrain.corpus import Corpus, build_vocab
@@ -27,11 +26,11 @@ GERMAN = [
 
 
 @pytest.fixture(scope="module")
-def corpora(shared_dir, tmp_path_factory):
-    """An English corpus (300 lines of WikiText-2 train) and a German one, prepared."""
+def corpora(tmp_path_factory):
+    """An English corpus (300 lines of WikiText-2 train, or generated text without the
+    shared folder) and a German one, prepared."""
     out = tmp_path_factory.mktemp("continue")
-    with gzip.open(shared_dir / "data" / "wikitext2" / "train.txt.gz", "rt", encoding="utf-8") as f:
-        (out / "wikitext_en.txt").write_text("".join(next(f) for _ in range(300)), encoding="utf-8")
+    (out / "wikitext_en.txt").write_text("".join(english_lines("train", 300)), encoding="utf-8")
     prepare_corpus([out / "wikitext_en.txt"]).save(out / "en.npz")
     (out / "de.txt").write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
     prepare_corpus([out / "de.txt"], lang="de").save(out / "de.npz")

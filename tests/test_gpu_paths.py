@@ -12,8 +12,8 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 @pytest.fixture(scope="module")
-def expected(tiny_dir):
-    return np.load(tiny_dir / "expected.npz")
+def expected(golden_dir):
+    return np.load(golden_dir / "expected.npz")
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ def fixture_docs(nlp, tiny_dir):
     return sents, docs
 
 
-def test_component_matches_fixture(elmo_nlp, tiny_dir):
-    exp = np.load(tiny_dir / "expected.npz")
+def test_component_matches_fixture(elmo_nlp, tiny_dir, golden_dir):
+    exp = np.load(golden_dir / "expected.npz")
     sents, docs = fixture_docs(elmo_nlp, tiny_dir)
     docs = list(elmo_nlp.pipe(docs, batch_size=5))
     for i, doc in enumerate(docs):
@@ -34,9 +34,9 @@ def test_component_matches_fixture(elmo_nlp, tiny_dir):
         np.testing.assert_allclose(doc.tensor, want.mean(axis=0), atol=ATOL, rtol=ATOL)
 
 
-def test_multi_sentence_doc_matches_fixture(elmo_nlp, tiny_dir):
+def test_multi_sentence_doc_matches_fixture(elmo_nlp, tiny_dir, golden_dir):
     """Several fixture sentences in one Doc with explicit sentence starts."""
-    exp = np.load(tiny_dir / "expected.npz")
+    exp = np.load(golden_dir / "expected.npz")
     sents, _ = fixture_docs(elmo_nlp, tiny_dir)
     words = [w for s in sents for w in s]
     starts = [j == 0 for s in sents for j in range(len(s))]

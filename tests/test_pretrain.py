@@ -1,5 +1,4 @@
 """Pretraining: learning, exact resume, save on SIGTERM, DDP over gloo, export round trips."""
-import gzip
 import json
 import os
 import signal
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, english_lines
 from spacy_elmo import ElmoBiLM
 from spacy_elmo.pretrain.config import load_pretrain_config
 from spacy_elmo.pretrain.corpus import Corpus, build_vocab, unigram_perplexity
@@ -24,12 +23,12 @@ TINY = REPO / "configs" / "pretrain" / "tiny.cfg"
 
 
 @pytest.fixture(scope="module")
-def wikitext_slice(shared_dir, tmp_path_factory):
-    """The first 3,000 lines of WikiText-2 train and 400 of valid, prepared."""
+def wikitext_slice(tmp_path_factory):
+    """The first 3,000 lines of WikiText-2 train and 400 of valid (generated text without
+    the shared folder), prepared."""
     out = tmp_path_factory.mktemp("wikitext")
     for split, n in (("train", 3000), ("valid", 400)):
-        with gzip.open(shared_dir / "data" / "wikitext2" / f"{split}.txt.gz", "rt", encoding="utf-8") as f:
-            lines = [next(f) for _ in range(n)]
+        lines = english_lines(split, n)
         (out / f"wikitext_{split}.txt").write_text("".join(lines), encoding="utf-8")
         prepare_corpus([out / f"wikitext_{split}.txt"]).save(out / f"{split}.npz")
     return out

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from spacy_elmo.bilm import ElmoBiLM
 
@@ -14,9 +15,9 @@ from reference import ReferenceElmo, char_ids  # noqa: E402
 
 
 @pytest.mark.parametrize("batch_size", [1, 5, 32])
-def test_reference_matches_fixture(tiny_bilm: ElmoBiLM, tiny_dir: Path, batch_size: int) -> None:
-    sentences = json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
-    expected = np.load(tiny_dir / "expected.npz")
+def test_reference_matches_fixture(tiny_bilm: ElmoBiLM, golden_dir: Path, batch_size: int) -> None:
+    sentences = json.loads((golden_dir / "sentences.json").read_text(encoding="utf-8"))
+    expected = np.load(golden_dir / "expected.npz")
     reference = ReferenceElmo(tiny_bilm.options, tiny_bilm.state_dict())
     for i, acts in enumerate(reference.embed_sentences(sentences, batch_size=batch_size)):
         np.testing.assert_allclose(acts, expected[f"activations_{i:02d}"], atol=1e-5, rtol=1e-5)
@@ -31,3 +32,26 @@ def test_benchmark_smoke(shared_dir: Path) -> None:
     (row,) = main(["--shapes", "tiny", "--max-sentences", "5", "--ref-tokens", "40", "--threads", "1"])
     assert row["b_diff"] < 1e-5
     assert row["a_tok_s"] > 0 and row["b_warm_tok_s"] > 0
+
+
+def test_reference_matches_the_generated_tiny_model(tmp_path: Path) -> None:
+    """Without the golden fixture: the step-by-step reference and the model agree on the
+    seeded random model of tests/make_tiny.py, whose clips change the outputs."""
+    from make_tiny import SENTENCES, write_tiny
+
+    folder = write_tiny(tmp_path / "tiny")
+    bilm = ElmoBiLM.from_allennlp(folder / "options.json", folder / "weights.hdf5")
+    reference = ReferenceElmo(bilm.options, bilm.state_dict())
+    want = reference.embed_sentences(SENTENCES, batch_size=5)
+    for got, acts in zip(bilm.embed_sentences(SENTENCES), want):
+        np.testing.assert_allclose(got, acts, atol=1e-5, rtol=1e-5)
+    for clip in ("cell_clip", "proj_clip"):
+        unclipped = ReferenceElmo(bilm.options, bilm.state_dict())
+        setattr(unclipped, clip, None)
+        diff = max(np.abs(a - b).max() for a, b in zip(unclipped.embed_sentences(SENTENCES), want))
+        assert diff > 0.1, (clip, diff)
+    again = write_tiny(tmp_path / "again")
+    assert json.loads((again / "options.json").read_text()) == bilm.options
+    same = ElmoBiLM.from_allennlp(again / "options.json", again / "weights.hdf5")
+    for name, value in bilm.state_dict().items():
+        torch.testing.assert_close(same.state_dict()[name], value, rtol=0, atol=0)

@@ -12,21 +12,28 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
 
-from conftest import REPO, read_conll
+from conftest import REPO, SHARED, read_conll
+from tiny_data import ner_sentences, sst_items
 from spacy_elmo.frozen_cache import FrozenLayerCache
 
 CONFIGS = REPO / "configs"
 
 
 @pytest.fixture(scope="module")
-def conll(shared_dir):
-    return read_conll(shared_dir / "data" / "conll2003" / "train.txt.gz", 40)
+def conll():
+    """40 CoNLL-2003 training sentences, or generated NER sentences without the shared folder."""
+    path = SHARED / "data" / "conll2003" / "train.txt.gz"
+    return read_conll(path, 40) if path.is_file() else ner_sentences(40)
 
 
 @pytest.fixture(scope="module")
-def sst(shared_dir):
+def sst():
+    """30 SST training items, or generated sentiment items without the shared folder."""
+    path = SHARED / "data" / "sst" / "train.txt.gz"
+    if not path.is_file():
+        return sst_items(30)
     items = []
-    with gzip.open(shared_dir / "data" / "sst" / "train.txt.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
             words = re.findall(r"\(\d ([^()\s]+)\)", line)
             items.append((words, line[1]))
