@@ -23,7 +23,10 @@ TRAIN = [("Anna lives in Berlin.", [(0, 4, "PER"), (14, 20, "LOC")], "POS"),
          ("The bank in Paris closed.", [(12, 17, "LOC")], "NEG"),
          ("Bob likes 😀 emoji.", [(0, 3, "PER")], "POS"),
          ("Nothing here.", [], "NEG")]
-SAME = dict(atol=1e-6, rtol=0)
+# Same weights through another path (a reloaded pipeline, a cold or warm token cache):
+# equal up to float32 rounding, as in test_pipe (the random tiny model of
+# tests/make_tiny.py differs by up to 2.4e-6 here).
+SAME = dict(atol=1e-5, rtol=0)
 
 
 def listener(**extra: Any) -> Dict[str, Any]:
