@@ -16,6 +16,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from .products import default_kind, products_for
+
 
 class ProjectedLstmLayer(nn.Module):
     """One LSTM layer with output projection for both directions.
@@ -57,14 +59,15 @@ class ProjectedLstmLayer(nn.Module):
             self.bias.zero_()
             self.bias[:, self.cell_dim : 2 * self.cell_dim] = 1.0  # forget bias
 
-    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int], products: Optional[str] = None) -> torch.Tensor:
         """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``.
 
-        With autograd off this runs ``forward_inference`` (same numbers, no
-        per-step allocations, bounded memory).
+        With autograd off this runs ``forward_inference`` (same
+        numbers, no per-step allocations, bounded memory) with the matrix products
+        of kind ``products`` (see ``bilm.products``; None: the fastest exact one).
         """
         if not torch.is_grad_enabled():
-            return self.forward_inference(x, batch_sizes)
+            return self.forward_inference(x, batch_sizes, products=products)
         C = self.cell_dim
         # One product for every time step's input projection, both directions.
         x_gates = torch.baddbmm(self.bias.unsqueeze(1), x, self.weight_ih)
@@ -87,13 +90,18 @@ class ProjectedLstmLayer(nn.Module):
             outputs.append(h)
         return torch.cat(outputs, dim=1)
 
-    def forward_inference(self, x: torch.Tensor, batch_sizes: Sequence[int], chunk_size: int = 1 << 22) -> torch.Tensor:
+    def forward_inference(
+        self, x: torch.Tensor, batch_sizes: Sequence[int], chunk_size: int = 1 << 22, products: Optional[str] = None
+    ) -> torch.Tensor:
         """``forward`` without autograd: in-place updates of preallocated buffers.
 
         The input projection still runs as a few large products, each over the
         steps whose packed rows fit a buffer of about ``chunk_size`` gate values
         per direction (at least one step), so memory stays bounded for any batch.
+        ``products``: "dense" (plain torch products) or "onednn" (CPU float32 on
+        reordered weights); None picks "onednn" for large float32 weights on the CPU, else "dense".
         """
+        mm = products_for(self, products or default_kind(self, x))
         C, P, B = self.cell_dim, self.projection_dim, batch_sizes[0]
         chunk_rows = chunk_size // (4 * C)
         out = x.new_empty(2, x.shape[1], P)  # h of every step; step t reads step t-1's rows
@@ -111,12 +119,10 @@ class ProjectedLstmLayer(nn.Module):
                         break
                     chunk_end += m
                 for d in range(2):
-                    torch.addmm(
-                        self.bias[d], x[d, chunk_start:chunk_end], self.weight_ih[d], out=x_gates[d, : chunk_end - chunk_start]
-                    )
+                    mm.input(d, x[d, chunk_start:chunk_end], x_gates[d, : chunk_end - chunk_start])
             z = x_gates[:, start - chunk_start : start - chunk_start + n]
             for d in range(2):  # 2-D products on contiguous rows (batched ones copy here)
-                z[d].addmm_(prev[d, :n], self.weight_hh[d])
+                mm.recurrent(d, prev[d, :n], z[d])
             ifo = z[..., : 3 * C].sigmoid_()
             g = z[..., 3 * C :].tanh_()
             cn = c[:, :n]
@@ -126,13 +132,12 @@ class ProjectedLstmLayer(nn.Module):
             t = torch.tanh(cn, out=tanh_c[: 2 * n * C].view(2, n, C)).mul_(ifo[..., 2 * C :])
             h = out[:, start : start + n]
             for d in range(2):
-                torch.mm(t[d], self.weight_proj[d], out=h[d])
+                mm.project(d, t[d], h[d])
             if self.proj_clip is not None:
                 h.clamp_(-self.proj_clip, self.proj_clip)
             prev = h
             start += n
         return out
-
 
 
 class ProjectedLstmStack(nn.Module):
@@ -166,10 +171,11 @@ class ProjectedLstmStack(nn.Module):
             for i in range(n_layers)
         )
 
-    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int]) -> List[torch.Tensor]:
+    def forward(self, x: torch.Tensor, batch_sizes: Sequence[int], products: Optional[str] = None) -> List[torch.Tensor]:
+        """``products``: the kind of matrix products of inference (``ProjectedLstmLayer.forward``)."""
         outputs: List[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            h = layer(x, batch_sizes)
+            h = layer(x, batch_sizes, products)
             if i > 0 and self.use_skip_connections:
                 h = h + x
             outputs.append(h)
