@@ -91,6 +91,7 @@ def main(
     epochs: int = typer.Option(5, "--epochs", help="passes of the probe over the train tokens"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
     seed: int = typer.Option(0, "--seed"),
+    precision: str = typer.Option("float32", "--precision", help="biLM inference precision: float32 or int8"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to this file"),
 ) -> None:
     from spacy_elmo.bilm import ElmoBiLM
@@ -107,10 +108,11 @@ def main(
 
     model_dir = weights or MODELS_DIR / DEFAULT_MODEL
     bilm = ElmoBiLM.load(model_dir)
+    bilm.precision = precision
     start = time.perf_counter()
     views, dev_views = layer_views(bilm, train), layer_views(bilm, dev)
     typer.echo(f"{model_dir.name}: embedded {len(y_train):,} train and {len(y_dev):,} dev tokens "
-               f"in {time.perf_counter() - start:.0f} s; {len(tagset)} tags")
+               f"in {time.perf_counter() - start:.0f} s ({precision}); {len(tagset)} tags")
     lines = [f"{'features':<22}{'dev accuracy':>14}", f"{'most frequent tag':<22}{100 * most_frequent_tag(train, dev):>13.2f}%"]
     typer.echo("\n".join(lines))
     for name, X in views.items():
@@ -121,7 +123,7 @@ def main(
         typer.echo(lines[-1])
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(f"POS probe of {model_dir.name} (train {train_path.name}, dev {dev_path.name})\n"
+        output.write_text(f"POS probe of {model_dir.name}, {precision} (train {train_path.name}, dev {dev_path.name})\n"
                           + "\n".join(lines) + "\n", encoding="utf-8")
 
 

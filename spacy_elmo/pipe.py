@@ -20,6 +20,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from .bilm import ElmoBiLM
+from .bilm.precision import check_precision
 from .frozen_cache import FrozenLayerCache
 from .hooks import set_elmo_hooks
 from .pipe_errors import check_listener_upstreams, clear_load_errors
@@ -58,6 +59,7 @@ def install_extensions() -> None:
         "tensor": "mean",
         "store_layers": True,
         "cache_mb": 2048,
+        "precision": "float32",
     },
 )
 def make_elmo(
@@ -69,6 +71,7 @@ def make_elmo(
     tensor: str,
     store_layers: bool,
     cache_mb: int,
+    precision: str = "float32",
 ) -> "Elmo":
     """The ELMo component.
 
@@ -86,6 +89,9 @@ def make_elmo(
         corpora, but no listener can then read from the Doc.
     cache_mb: with ``frozen``, the layers of training docs are computed once and
         reused in later epochs, up to this many megabytes (0 disables the cache).
+    precision: how the biLM computes without gradients (prediction, and a frozen biLM
+        in training): "float32" (exact) or "int8" (CPU only: the LSTM's matrix
+        products dynamically quantized, about 2x faster on large models).
     """
     return Elmo(
         nlp.vocab,
@@ -96,6 +102,7 @@ def make_elmo(
         tensor=tensor,
         store_layers=store_layers,
         cache_mb=cache_mb,
+        precision=precision,
     )
 
 
@@ -111,7 +118,9 @@ class Elmo(TrainablePipe):
         tensor: str = "mean",
         store_layers: bool = True,
         cache_mb: int = 2048,
+        precision: str = "float32",
     ) -> None:
+        check_precision(precision, f"elmo component '{name}'")
         if tensor not in TENSOR_VIEWS:
             raise ValueError(f"elmo: unknown tensor = {tensor!r} (expected one of {TENSOR_VIEWS})")
         if max_length < 1:
@@ -129,6 +138,7 @@ class Elmo(TrainablePipe):
             "tensor": tensor,
             "store_layers": store_layers,
             "cache_mb": cache_mb,
+            "precision": precision,
         }
         self.frozen_cache = FrozenLayerCache(cache_mb)
         self._pid = os.getpid()
@@ -208,6 +218,7 @@ class Elmo(TrainablePipe):
         docs = list(docs)
         self._check_process()
         bilm = require_bilm(self.model)
+        bilm.precision = self.cfg.get("precision", "float32")
         if not any(len(doc) for doc in docs):
             return [self.model.ops.alloc3f(bilm.n_layers, len(doc), bilm.output_dim) for doc in docs]
         return elmo_layers(self.model, docs, max_length=self.max_length, is_train=False)[0]
@@ -310,6 +321,7 @@ class Elmo(TrainablePipe):
         if self.frozen:
             bilm.requires_grad_(False)
         bilm.eval()
+        bilm.precision = self.cfg.get("precision", "float32")
         set_bilm(self.model, bilm)
         self.frozen_cache.clear()
         for listener in self.listeners:
@@ -335,6 +347,7 @@ class Elmo(TrainablePipe):
             if self.frozen:
                 bilm.requires_grad_(False)
             bilm.eval()
+            bilm.precision = self.cfg.get("precision", "float32")
             self.model.set_dim("nO", bilm.output_dim, force=True)
         for listener in self.listeners:
             self._set_listener_width(listener)

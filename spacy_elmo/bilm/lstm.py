@@ -98,8 +98,8 @@ class ProjectedLstmLayer(nn.Module):
         The input projection still runs as a few large products, each over the
         steps whose packed rows fit a buffer of about ``chunk_size`` gate values
         per direction (at least one step), so memory stays bounded for any batch.
-        ``products``: "dense" (plain torch products) or "onednn" (CPU float32 on
-        reordered weights); None picks "onednn" for large float32 weights on the CPU, else "dense".
+        ``products``: "dense" (plain torch products), "onednn" (CPU float32 on
+        reordered weights) or "int8" (dynamically quantized, CPU); None picks "onednn" for large float32 weights on the CPU, else "dense".
         """
         mm = products_for(self, products or default_kind(self, x))
         C, P, B = self.cell_dim, self.projection_dim, batch_sizes[0]

@@ -12,6 +12,7 @@ from .lstm import ProjectedLstmStack
 from .allennlp import read_allennlp, write_allennlp
 from .config import BiLMConfig
 from .packing import make_plan
+from .precision import check_device, check_precision, lstm_products
 from .serialize import (
     WEIGHTS_NAME,
     check_state,
@@ -63,6 +64,8 @@ class ElmoBiLM(nn.Module):
 
     In inference (eval mode, autograd off) the token layer of recently seen tokens
     comes from a bounded cache (``set_token_cache``); training never uses it.
+    ``precision`` ("float32" by default, or "int8" on the CPU: see ``bilm.precision``)
+    sets how inference computes; with autograd on it is always float32.
     """
 
     def __init__(
@@ -104,6 +107,16 @@ class ElmoBiLM(nn.Module):
         self.register_buffer("boundary_char_ids", boundary.clone(), persistent=False)
         self.token_cache: Optional[TokenCache] = TokenCache(DEFAULT_TOKEN_CACHE)
         self.allow_tf32 = False
+        self._precision = "float32"
+
+    @property
+    def precision(self) -> str:
+        """How inference computes: "float32" (exact) or "int8" (CPU, dynamic quantization)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        self._precision = check_precision(value)
 
     def set_token_cache(self, max_entries: int) -> None:
         """Keep the token layer of up to ``max_entries`` distinct tokens for
@@ -144,12 +157,21 @@ class ElmoBiLM(nn.Module):
         unique, inverse = unique_rows(char_ids)
         inverse = inverse.to(self.device)
         if self.token_cache is not None and not self.training and not torch.is_grad_enabled():
-            stamp = tuple((p.data_ptr(), p._version, p.dtype) for p in self.token_encoder.parameters())
+            stamp = (self._inference_precision(),) + tuple(
+                (p.data_ptr(), p._version, p.dtype) for p in self.token_encoder.parameters()
+            )
             return self.token_cache(unique, self._encode, stamp)[inverse]
         return self._encode(unique)[inverse]
 
     def _encode(self, char_ids: torch.Tensor) -> torch.Tensor:
         return self.token_encoder(char_ids.to(self.device))
+
+    def _inference_precision(self) -> str:
+        """The precision this call computes in: ``precision`` with autograd off, else float32."""
+        if self._precision == "float32" or torch.is_grad_enabled():
+            return "float32"
+        check_device(self._precision, self.device)
+        return self._precision
 
     def _run(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
         if self.device.type == "cuda" and not self.allow_tf32:
@@ -176,7 +198,7 @@ class ElmoBiLM(nn.Module):
         x = torch.stack([table.index_select(0, plan.src_fwd), table.index_select(0, plan.src_bwd)])
         token_layer = table.index_select(0, plan.out_rows)
         layers = [torch.cat([token_layer, token_layer], dim=1)]
-        for h in self.lstm(x, plan.batch_sizes):
+        for h in self.lstm(x, plan.batch_sizes, lstm_products(self._inference_precision())):
             layers.append(torch.cat([h[0].index_select(0, plan.out_fwd), h[1].index_select(0, plan.out_bwd)], dim=1))
         out = torch.stack(layers)
         assert out.shape[1] == n_rows

@@ -15,11 +15,16 @@ for direction ``d``. Forms:
   copy is read as is (about 1.3-2.5x faster at 4-64 rows on an AVX2 CPU). Float32
   throughout; it differs from the plain product by summation order only (~1e-6).
   Used by default for recurrent weights of at least ``ONEDNN_MIN_WEIGHTS`` values.
+- ``Int8Products`` (CPU, the ``int8`` precision): ``torch.ao.quantization.quantize_dynamic``
+  of the three products: int8 weights (one scale per output column), inputs quantized
+  to int8 at each call with the range of that call's rows, float32 results. Not exact,
+  and a row's result depends slightly on the other rows of its call.
 
 Derived weights are cached per layer (outside the module, so copies, pickles and
 state dicts never see them) and rebuilt when a parameter is replaced, moved or
 updated in place.
 """
+import warnings
 import weakref
 from typing import Any, Callable, Dict, Tuple
 
@@ -72,7 +77,52 @@ class OneDnnProducts(DenseProducts):
         out.copy_(torch.ops.mkldnn._linear_pointwise(t, self.proj[d], None, "none", [], ""))
 
 
-_KINDS: Dict[str, Callable[[nn.Module], Any]] = {"onednn": OneDnnProducts}
+class Int8Products:
+    """Dynamically quantized (int8) products, built with ``quantize_dynamic``."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        try:
+            with warnings.catch_warnings():  # torch marks its eager quantization API as deprecated
+                warnings.simplefilter("ignore")
+                from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        except ImportError as err:
+            raise RuntimeError(
+                "precision 'int8' needs torch.ao.quantization.quantize_dynamic, which this torch lacks"
+            ) from err
+        if not torch.backends.quantized.supported_engines or torch.backends.quantized.engine == "none":
+            raise RuntimeError("precision 'int8': this torch build has no quantized CPU engine (fbgemm/x86/qnnpack)")
+
+        def linear(weight: torch.Tensor, bias: Any) -> nn.Linear:
+            lin = nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None)
+            with torch.no_grad():
+                lin.weight.copy_(weight.detach().t())
+                if bias is not None:
+                    lin.bias.copy_(bias.detach())
+            return lin
+
+        float_products = nn.ModuleList(
+            nn.ModuleList([
+                linear(layer.weight_ih[d], layer.bias[d]),
+                linear(layer.weight_hh[d], None),
+                linear(layer.weight_proj[d], None),
+            ])
+            for d in range(2)
+        ).float().cpu()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.q = quantize_dynamic(float_products, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+    def input(self, d: int, x: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(self.q[d][0](x))
+
+    def recurrent(self, d: int, h: torch.Tensor, z: torch.Tensor) -> None:
+        z.add_(self.q[d][1](h))
+
+    def project(self, d: int, t: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(self.q[d][2](t))
+
+
+_KINDS: Dict[str, Callable[[nn.Module], Any]] = {"onednn": OneDnnProducts, "int8": Int8Products}
 _CACHE: "weakref.WeakKeyDictionary[nn.Module, Dict[str, Tuple[Tuple, Any]]]" = weakref.WeakKeyDictionary()
 
 
@@ -81,7 +131,7 @@ def _stamp(layer: nn.Module) -> Tuple:
 
 
 def products_for(layer: nn.Module, kind: str) -> Any:
-    """The products of ``kind`` ("dense" or "onednn") for ``layer``, cached
+    """The products of ``kind`` ("dense", "onednn" or "int8") for ``layer``, cached
     until its parameters change."""
     if kind == "dense":
         return DenseProducts(layer)
