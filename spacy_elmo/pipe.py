@@ -90,8 +90,9 @@ def make_elmo(
     cache_mb: with ``frozen``, the layers of training docs are computed once and
         reused in later epochs, up to this many megabytes (0 disables the cache).
     precision: how the biLM computes without gradients (prediction, and a frozen biLM
-        in training): "float32" (exact) or "int8" (CPU only: the LSTM's matrix
-        products dynamically quantized, about 2x faster on large models).
+        in training): "float32" (exact), "int8" (CPU only: the LSTM's matrix
+        products dynamically quantized, about 2x faster on large models), or "bf16" /
+        "fp16" (CUDA only: autocast, the LSTM cell state kept in float32).
     """
     return Elmo(
         nlp.vocab,

@@ -78,3 +78,36 @@ def test_component_precision(tiny_dir: Path) -> None:
     assert doc._.elmo.shape == exact.shape
     assert token_cosines(exact[1:], doc._.elmo[1:]).min() > 0.99
     assert not np.allclose(exact, doc._.elmo, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_needs_cuda(tiny_fresh: ElmoBiLM, tiny_dir: Path, precision: str) -> None:
+    tiny_fresh.precision = precision  # allowed: the biLM may move to a GPU later
+    with pytest.raises(ValueError, match=f"precision '{precision}' is for CUDA GPUs, but the biLM is on cpu"):
+        tiny_fresh.embed_sentences(sentences(tiny_dir)[:2])
+    with pytest.raises(ValueError, match="is for CUDA GPUs"):
+        check_device(precision, torch.device("cpu"))
+    check_device(precision, torch.device("cuda"))
+
+
+def test_component_reduced_precision_on_cpu_is_an_error(tiny_dir: Path) -> None:
+    nlp = make_elmo_nlp(tiny_dir, precision="bf16")
+    with pytest.raises(ValueError, match="precision 'bf16' is for CUDA GPUs"):
+        nlp("A short text .")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_on_cuda(tiny_dir: Path, precision: str) -> None:
+    bilm = ElmoBiLM.from_allennlp(tiny_dir / "options.json", tiny_dir / "weights.hdf5").cuda()
+    sents = sentences(tiny_dir)
+    exact = bilm.embed_sentences(sents)
+    bilm.precision = precision
+    low = bilm.embed_sentences(sents)
+    for x, y in zip(exact, low):
+        assert y.dtype == np.float32 and y.shape == x.shape
+        assert token_cosines(x, y).min() > 0.99
+    assert max(float(np.abs(x - y).max()) for x, y in zip(exact, low)) > 1e-4  # really reduced
+    bilm.precision = "float32"
+    for x, again in zip(exact, bilm.embed_sentences(sents)):
+        np.testing.assert_allclose(again, x, atol=5e-5, rtol=0)

@@ -62,11 +62,11 @@ class ProjectedLstmLayer(nn.Module):
     def forward(self, x: torch.Tensor, batch_sizes: Sequence[int], products: Optional[str] = None) -> torch.Tensor:
         """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``.
 
-        With autograd off this runs ``forward_inference`` (same
+        With autograd and autocast off this runs ``forward_inference`` (same
         numbers, no per-step allocations, bounded memory) with the matrix products
         of kind ``products`` (see ``bilm.products``; None: the fastest exact one).
         """
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type):
             return self.forward_inference(x, batch_sizes, products=products)
         C = self.cell_dim
         # One product for every time step's input projection, both directions.

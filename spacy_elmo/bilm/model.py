@@ -12,7 +12,7 @@ from .lstm import ProjectedLstmStack
 from .allennlp import read_allennlp, write_allennlp
 from .config import BiLMConfig
 from .packing import make_plan
-from .precision import check_device, check_precision, lstm_products
+from .precision import autocast_for, check_device, check_precision, lstm_products
 from .serialize import (
     WEIGHTS_NAME,
     check_state,
@@ -64,8 +64,9 @@ class ElmoBiLM(nn.Module):
 
     In inference (eval mode, autograd off) the token layer of recently seen tokens
     comes from a bounded cache (``set_token_cache``); training never uses it.
-    ``precision`` ("float32" by default, or "int8" on the CPU: see ``bilm.precision``)
-    sets how inference computes; with autograd on it is always float32.
+    ``precision`` ("float32" by default, "int8" on the CPU, "bf16" or "fp16" on CUDA:
+    see ``bilm.precision``) sets how inference computes; with autograd on it is
+    always float32. The output is float32 in every precision.
     """
 
     def __init__(
@@ -111,7 +112,8 @@ class ElmoBiLM(nn.Module):
 
     @property
     def precision(self) -> str:
-        """How inference computes: "float32" (exact) or "int8" (CPU, dynamic quantization)."""
+        """How inference computes: "float32" (exact), "int8" (CPU, dynamic
+        quantization), "bf16" or "fp16" (CUDA, autocast; the cell state stays float32)."""
         return self._precision
 
     @precision.setter
@@ -174,10 +176,14 @@ class ElmoBiLM(nn.Module):
         return self._precision
 
     def _run(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
-        if self.device.type == "cuda" and not self.allow_tf32:
-            with no_tf32():
-                return self._run_layers(char_ids, lengths, keep_boundaries)
-        return self._run_layers(char_ids, lengths, keep_boundaries)
+        precision = self._inference_precision()
+        with autocast_for(precision, self.device):
+            if self.device.type == "cuda" and not self.allow_tf32:
+                with no_tf32():
+                    out = self._run_layers(char_ids, lengths, keep_boundaries)
+            else:
+                out = self._run_layers(char_ids, lengths, keep_boundaries)
+        return out.float() if precision != "float32" else out
 
     def _run_layers(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
         lengths = np.asarray([int(n) for n in lengths], dtype=np.int64)
