@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--shard-size", type=int, default=250, help="lines per Ray shard")
     parser.add_argument("--runs", default="one,two,ray", help="comma list of one, two (--n-process 2), ray")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the one-process run (workers use 1)")
+    parser.add_argument("--ray-attempts", type=int, default=5, help="tries at starting the local Ray instance")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
 
@@ -73,13 +74,17 @@ def main() -> None:
 
                 from spacy_elmo.embed.ray import embed_file_ray
 
-                for attempt in (1, 2):  # Ray gives the raylet a fixed 30 s to start: retry on a loaded machine
+                # Ray (2.60 at least) waits a fixed 30 s for the raylet to register with its GCS
+                # (``raylet_start_wait_time_s = 30`` in ray/_private/node.py; no environment
+                # variable or _system_config entry changes it): on a loaded machine, try again.
+                for attempt in range(1, args.ray_attempts + 1):
                     try:
                         ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
                         break
-                    except Exception:
+                    except Exception as err:
                         ray.shutdown()
-                        if attempt == 2:
+                        print(f"ray: local start {attempt} of {args.ray_attempts} failed: {err}", flush=True)
+                        if attempt == args.ray_attempts:
                             raise
                 extra = time.perf_counter() - start
                 try:
