@@ -62,12 +62,20 @@ class ProjectedLstmLayer(nn.Module):
     def forward(self, x: torch.Tensor, batch_sizes: Sequence[int], products: Optional[str] = None) -> torch.Tensor:
         """x: packed input ``(2, M, input_dim)``; returns packed h ``(2, M, P)``.
 
-        With autograd and autocast off this runs ``forward_inference`` (same
-        numbers, no per-step allocations, bounded memory) with the matrix products
-        of kind ``products`` (see ``bilm.products``; None: the fastest exact one).
+        With autograd off this runs ``forward_inference`` (same numbers, no
+        per-step allocations, bounded memory) with the matrix products of kind
+        ``products`` (see ``bilm.products``; None: the fastest exact one); under a
+        bfloat16 / float16 autocast, on copies of the weights in that type (the
+        cell state stays float32).
         """
-        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type):
-            return self.forward_inference(x, batch_sizes, products=products)
+        if not torch.is_grad_enabled():
+            device = x.device.type
+            if not torch.is_autocast_enabled(device):
+                return self.forward_inference(x, batch_sizes, products=products)
+            low = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(torch.get_autocast_dtype(device))
+            if low is not None:
+                with torch.autocast(device, enabled=False):
+                    return self.forward_inference(x.to(torch.get_autocast_dtype(device)), batch_sizes, products=low)
         C = self.cell_dim
         # One product for every time step's input projection, both directions.
         x_gates = torch.baddbmm(self.bias.unsqueeze(1), x, self.weight_ih)
@@ -99,7 +107,8 @@ class ProjectedLstmLayer(nn.Module):
         steps whose packed rows fit a buffer of about ``chunk_size`` gate values
         per direction (at least one step), so memory stays bounded for any batch.
         ``products``: "dense" (plain torch products), "onednn" (CPU float32 on
-        reordered weights) or "int8" (dynamically quantized, CPU); None picks "onednn" for large float32 weights on the CPU, else "dense".
+        reordered weights), "int8" (dynamically quantized, CPU), or "bf16" / "fp16"
+        (x in that type; weights copied to it); None picks "onednn" for large float32 weights on the CPU, else "dense".
         """
         mm = products_for(self, products or default_kind(self, x))
         C, P, B = self.cell_dim, self.projection_dim, batch_sizes[0]
@@ -129,7 +138,8 @@ class ProjectedLstmLayer(nn.Module):
             cn.mul_(ifo[..., C : 2 * C]).addcmul_(ifo[..., :C], g)
             if self.cell_clip is not None:
                 cn.clamp_(-self.cell_clip, self.cell_clip)
-            t = torch.tanh(cn, out=tanh_c[: 2 * n * C].view(2, n, C)).mul_(ifo[..., 2 * C :])
+            t = tanh_c[: 2 * n * C].view(2, n, C)
+            t = (torch.tanh(cn, out=t) if t.dtype == cn.dtype else t.copy_(cn).tanh_()).mul_(ifo[..., 2 * C :])
             h = out[:, start : start + n]
             for d in range(2):
                 mm.project(d, t[d], h[d])

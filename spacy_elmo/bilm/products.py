@@ -15,6 +15,8 @@ for direction ``d``. Forms:
   copy is read as is (about 1.3-2.5x faster at 4-64 rows on an AVX2 CPU). Float32
   throughout; it differs from the plain product by summation order only (~1e-6).
   Used by default for recurrent weights of at least ``ONEDNN_MIN_WEIGHTS`` values.
+- ``DenseProducts`` on bfloat16 / float16 copies of the weights (kinds "bf16", "fp16":
+  the reduced precisions on a GPU).
 - ``Int8Products`` (CPU, the ``int8`` precision): ``torch.ao.quantization.quantize_dynamic``
   of the three products: int8 weights (one scale per output column), inputs quantized
   to int8 at each call with the range of that call's rows, float32 results. Not exact,
@@ -26,26 +28,31 @@ updated in place.
 """
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
 
 class DenseProducts:
-    """Plain products on the layer's parameters."""
+    """Plain products on the layer's parameters, or with ``dtype`` on copies of them in
+    that type (the ``bf16`` / ``fp16`` precisions)."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, dtype: Optional[torch.dtype] = None) -> None:
         self.layer = layer
+        weights = (layer.weight_ih, layer.weight_hh, layer.weight_proj, layer.bias)
+        if dtype is not None:
+            weights = tuple(w.detach().to(dtype) for w in weights)
+        self.weight_ih, self.weight_hh, self.weight_proj, self.bias = weights
 
     def input(self, d: int, x: torch.Tensor, out: torch.Tensor) -> None:
-        torch.addmm(self.layer.bias[d], x, self.layer.weight_ih[d], out=out)
+        torch.addmm(self.bias[d], x, self.weight_ih[d], out=out)
 
     def recurrent(self, d: int, h: torch.Tensor, z: torch.Tensor) -> None:
-        z.addmm_(h, self.layer.weight_hh[d])  # 2-D, contiguous rows: no hidden copy
+        z.addmm_(h, self.weight_hh[d])  # 2-D, contiguous rows: no hidden copy
 
     def project(self, d: int, t: torch.Tensor, out: torch.Tensor) -> None:
-        torch.mm(t, self.layer.weight_proj[d], out=out)
+        torch.mm(t, self.weight_proj[d], out=out)
 
 
 def onednn_available() -> bool:
@@ -122,7 +129,12 @@ class Int8Products:
         out.copy_(self.q[d][2](t))
 
 
-_KINDS: Dict[str, Callable[[nn.Module], Any]] = {"onednn": OneDnnProducts, "int8": Int8Products}
+_KINDS: Dict[str, Callable[[nn.Module], Any]] = {
+    "onednn": OneDnnProducts,
+    "int8": Int8Products,
+    "bf16": lambda layer: DenseProducts(layer, torch.bfloat16),
+    "fp16": lambda layer: DenseProducts(layer, torch.float16),
+}
 _CACHE: "weakref.WeakKeyDictionary[nn.Module, Dict[str, Tuple[Tuple, Any]]]" = weakref.WeakKeyDictionary()
 
 
@@ -131,7 +143,7 @@ def _stamp(layer: nn.Module) -> Tuple:
 
 
 def products_for(layer: nn.Module, kind: str) -> Any:
-    """The products of ``kind`` ("dense", "onednn" or "int8") for ``layer``, cached
+    """The products of ``kind`` ("dense", "onednn", "int8", "bf16" or "fp16") for ``layer``, cached
     until its parameters change."""
     if kind == "dense":
         return DenseProducts(layer)
