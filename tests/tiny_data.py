@@ -80,13 +80,15 @@ _NER_TEMPLATES = [
 
 
 def ner_sentences(n: int, seed: int = 0) -> List[Tuple[List[str], List[str]]]:
-    """``n`` (words, IOB2 tags) sentences with PER, LOC and ORG entities."""
+    """``n`` (words, IOB2 tags) sentences with PER, LOC and ORG entities, two clauses each
+    (about as long as CoNLL-2003 sentences)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         words: List[str] = []
         tags: List[str] = []
-        for part in _NER_TEMPLATES[i % len(_NER_TEMPLATES)].split():
+        first, second = _NER_TEMPLATES[i % len(_NER_TEMPLATES)], rng.choice(_NER_TEMPLATES)
+        for part in f"{first[:-2]} ; {second[0].lower()}{second[1:]}".split():
             label = part[1:4] if part.startswith("{") else None
             if label is None:
                 words.append(part)
