@@ -1,7 +1,9 @@
 """The matrix products of the inference LSTM (``bilm.products``): the oneDNN form is
 exact against the golden fixture and the plain products, in any batch, and its
 reordered weights follow the parameters."""
+import gc
 import json
+import weakref
 from pathlib import Path
 from typing import List
 
@@ -95,3 +97,15 @@ def test_unknown_products_kind() -> None:
     x, batch_sizes = packed_input(layer, [2])
     with torch.no_grad(), pytest.raises(ValueError, match="unknown LSTM products 'fast'"):
         layer(x, batch_sizes, "fast")
+
+
+@pytest.mark.parametrize("kind", ["onednn", "int8"])
+def test_cached_weights_do_not_keep_a_layer_alive(kind: str) -> None:
+    layer = ProjectedLstmLayer(input_dim=16, cell_dim=32, projection_dim=8, cell_clip=None, proj_clip=None)
+    x, batch_sizes = packed_input(layer, [3, 2])
+    with torch.no_grad():
+        layer(x, batch_sizes, kind)
+    alive = weakref.ref(layer)
+    del layer
+    gc.collect()
+    assert alive() is None

@@ -39,7 +39,8 @@ class DenseProducts:
     that type (the ``bf16`` / ``fp16`` precisions)."""
 
     def __init__(self, layer: nn.Module, dtype: Optional[torch.dtype] = None) -> None:
-        self.layer = layer
+        # Tensors only, never the layer: the cache holding this object is keyed weakly
+        # by the layer, and a reference back would keep both alive for good.
         weights = (layer.weight_ih, layer.weight_hh, layer.weight_proj, layer.bias)
         if dtype is not None:
             weights = tuple(w.detach().to(dtype) for w in weights)
