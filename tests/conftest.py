@@ -68,6 +68,31 @@ def english_lines(split: str, n: int) -> List[str]:
     return [line + "\n" for line in generated(n, seed={"train": 0, "valid": 1}[split])]
 
 
+TINY_PRETRAIN = REPO / "configs" / "pretrain" / "tiny.cfg"
+
+
+@pytest.fixture(scope="session")
+def wikitext_slice(tmp_path_factory) -> Path:
+    """The first 3,000 lines of WikiText-2 train and 400 of valid (generated text without
+    the shared folder), as text and prepared (``train.npz``, ``valid.npz``)."""
+    from spacy_elmo.pretrain.data import prepare_corpus
+
+    out = tmp_path_factory.mktemp("wikitext")
+    for split, n in (("train", 3000), ("valid", 400)):
+        (out / f"wikitext_{split}.txt").write_text("".join(english_lines(split, n)), encoding="utf-8")
+        prepare_corpus([out / f"wikitext_{split}.txt"]).save(out / f"{split}.npz")
+    return out
+
+
+def tiny_config(data: Path, **overrides):
+    """The validated tiny pretraining preset on ``data`` (a ``wikitext_slice``), one thread."""
+    from spacy_elmo.pretrain.config import load_pretrain_config
+
+    base = {"paths.train": str(data / "train.npz"), "paths.dev": str(data / "valid.npz"), "training.threads": 1}
+    base.update(overrides)
+    return load_pretrain_config(TINY_PRETRAIN, base)
+
+
 @pytest.fixture(scope="session")
 def tiny_bilm(tiny_dir):
     from spacy_elmo import ElmoBiLM

@@ -1,43 +1,22 @@
-"""Pretraining: learning, exact resume, save on SIGTERM, DDP over gloo, export round trips."""
+"""Pretraining: learning, exact resume, save on SIGTERM, export round trips (the
+multi-process runs are in test_pretrain_ddp.py)."""
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, english_lines
+from conftest import REPO, tiny_config
 from spacy_elmo import ElmoBiLM
 from spacy_elmo.pretrain.config import load_pretrain_config
 from spacy_elmo.pretrain.corpus import Corpus, build_vocab, unigram_perplexity
-from spacy_elmo.pretrain.data import prepare_corpus
 from spacy_elmo.pretrain.text import read_paragraphs, tokenize
 from spacy_elmo.pretrain.trainer import Trainer
 
 TINY = REPO / "configs" / "pretrain" / "tiny.cfg"
-
-
-@pytest.fixture(scope="module")
-def wikitext_slice(tmp_path_factory):
-    """The first 3,000 lines of WikiText-2 train and 400 of valid (generated text without
-    the shared folder), prepared."""
-    out = tmp_path_factory.mktemp("wikitext")
-    for split, n in (("train", 3000), ("valid", 400)):
-        lines = english_lines(split, n)
-        (out / f"wikitext_{split}.txt").write_text("".join(lines), encoding="utf-8")
-        prepare_corpus([out / f"wikitext_{split}.txt"]).save(out / f"{split}.npz")
-    return out
-
-
-def tiny_config(data: Path, **overrides):
-    base = {"paths.train": str(data / "train.npz"), "paths.dev": str(data / "valid.npz"), "training.threads": 1}
-    base.update(overrides)
-    return load_pretrain_config(TINY, base)
 
 
 @pytest.fixture(scope="module")
@@ -143,40 +122,7 @@ def test_sigterm_saves_and_resumes(wikitext_slice, tmp_path):
     resumed = subprocess.run(cmd[:-8] + ["--training.max_steps", str(state["step"] + 2), "--training.threads", "1"],
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"Resumed from" in resumed.stdout and torch.load(out / "checkpoint.pt", weights_only=False)["step"] == state["step"] + 2
-
-
-class OddSteps(Trainer):
-    """Every other global batch is a single sentence, so one rank gets no sentence at all
-    (as happens with the short last batch of a length bucket)."""
-
-    def _next_batch(self):
-        batch = super()._next_batch()
-        return batch[:1] if self.step % 2 == 0 else batch
-
-
-def _ddp_worker(rank: int, world: int, cfg, out: str, init_file: str) -> None:
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        trainer = OddSteps(cfg, Path(out) / f"ddp{rank}", log=lambda s: None)
-        trainer.run()
-        torch.save(trainer.bilm.state_dict(), Path(out) / f"rank{rank}.pt")
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-def test_distributed_gloo_matches_single_process(wikitext_slice, tmp_path):
-    cfg = tiny_config(wikitext_slice, **{"training.max_steps": 4, "training.dropout": 0.0,
-                                         "training.checkpoint_every": 1000, "training.eval_every": 1000})
-    torch.multiprocessing.spawn(_ddp_worker, args=(2, cfg, str(tmp_path), str(tmp_path / "init")), nprocs=2)
-    single = OddSteps(cfg, tmp_path / "single", log=lambda s: None)
-    single.run()
-    r0 = torch.load(tmp_path / "rank0.pt")
-    r1 = torch.load(tmp_path / "rank1.pt")
-    for name, value in single.bilm.state_dict().items():
-        torch.testing.assert_close(r0[name], r1[name], rtol=0, atol=0)
-        torch.testing.assert_close(r0[name], value, rtol=1e-4, atol=1e-4)
+    assert "Resumed from" in resumed.stdout and torch.load(out / "checkpoint.pt", weights_only=False)["step"] == state["step"] + 2
 
 
 def test_export_round_trips(trained, tmp_path):
@@ -241,46 +187,6 @@ def test_init_from_saved_model(trained, wikitext_slice, tmp_path):
     bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "model.lstm.dim": 64})
     with pytest.raises(ValueError, match="paths.init.*differs from the init model in lstm.dim"):
         Trainer(bad, tmp_path / "bad", log=lambda s: None)
-
-
-def test_torchrun_cli_matches_single_process(wikitext_slice, tmp_path):
-    """The documented multi-process entry point: torchrun + the pretrain command (gloo on CPU)."""
-    steps = 3
-    overrides = ["--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
-                 "--training.max_steps", str(steps), "--training.log_every", "1", "--training.threads", "1",
-                 "--training.dropout", "0.0"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "spacy_elmo", "pretrain", str(TINY), "--output", str(tmp_path / "ddp"), *overrides]
-    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.count(f"Done at step {steps}") == 1  # rank 0 only
-    cfg = tiny_config(wikitext_slice, **{"paths.dev": None, "training.max_steps": steps, "training.dropout": 0.0})
-    single = Trainer(cfg, tmp_path / "single", log=lambda s: None)
-    single.run()
-    ddp = torch.load(tmp_path / "ddp" / "checkpoint.pt", weights_only=False)
-    assert ddp["step"] == steps
-    for name, value in single.bilm.state_dict().items():
-        torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.slow
-def test_torchrun_sigterm_stops_all_ranks_at_one_step(wikitext_slice, tmp_path):
-    """SIGTERM to torchrun reaches every rank; they agree on the step, rank 0 saves."""
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "spacy_elmo", "pretrain", str(TINY), "--output", str(out),
-           "--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
-           "--training.max_steps", "100000", "--training.log_every", "1", "--training.threads", "1",
-           "--training.checkpoint_every", "100000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    for line in proc.stdout:
-        if line.startswith("step 3/"):
-            proc.send_signal(signal.SIGTERM)
-            break
-    rest, _ = proc.communicate(timeout=120)
-    assert rest.count("Stopped by signal") == 1
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] >= 3
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
