@@ -15,17 +15,49 @@ NO_SHARED = f"needs the shared data folder ({SHARED} not found; set SPACY_ELMO_S
 NO_GOLDEN = f"needs the AllenNLP golden fixtures ({TINY} not found; set SPACY_ELMO_SHARED)"
 
 
+NO_CUDA = "needs a CUDA device"
+
+
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False, help="run slow tests")
+    parser.addoption("--gpu", action="store_true", default=False,
+                     help="run the device tests (golden outputs, batch independence, training, resume) and the "
+                          "CUDA-only tests on CUDA; they skip where torch finds no CUDA device")
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # ``-m gpu`` selects the tests that --gpu moves to CUDA
+        if "device" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.gpu)
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("cuda"):  # a CUDA-only test: only with --gpu
+        if not item.config.getoption("--gpu"):
+            pytest.skip("CUDA-only test: run with --gpu")
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip(NO_CUDA)
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The torch device of the device tests: the CPU, or with --gpu the first CUDA device
+    (the test skips where there is none; it never runs on the CPU in its place)."""
+    import torch
+
+    if not request.config.getoption("--gpu"):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        pytest.skip(NO_CUDA)
+    return torch.device("cuda", 0)
 
 
 @pytest.fixture(scope="session")

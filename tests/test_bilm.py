@@ -1,4 +1,5 @@
 """The biLM against the AllenNLP golden fixture, its weight files and its fast paths."""
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm import ElmoBiLM, OptionsError, ScalarMix, WeightsError, tokens_to_char_ids
+from spacy_elmo.bilm.tf32 import no_tf32
 from spacy_elmo.bilm.token_encoder import trimmed_widths
 
 ATOL = RTOL = 1e-5
@@ -26,8 +28,17 @@ def sentences(tiny_dir: Path) -> List[List[str]]:
     return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
 
 
-def close(actual, desired) -> None:
-    np.testing.assert_allclose(actual, desired, atol=ATOL, rtol=RTOL)
+@pytest.fixture(scope="module")
+def bilm(tiny_bilm: ElmoBiLM, device: torch.device) -> ElmoBiLM:
+    """``tiny_bilm`` on the test device (a copy on CUDA with ``pytest --gpu``)."""
+    return tiny_bilm if device.type == "cpu" else copy.deepcopy(tiny_bilm).to(device)
+
+
+def close(actual, desired, device: torch.device = torch.device("cpu")) -> None:
+    """Within 1e-5 on the CPU; 5e-5 on a GPU (other kernels, TF32 off), as the fixture
+    README recommends."""
+    tol = ATOL if device.type == "cpu" else 5e-5
+    np.testing.assert_allclose(actual, desired, atol=tol, rtol=RTOL)
 
 
 def fixture_mix() -> ScalarMix:
@@ -35,61 +46,61 @@ def fixture_mix() -> ScalarMix:
 
 
 @pytest.mark.parametrize("cache", [True, False])
-def test_layers_and_mix_in_one_batch(tiny_bilm: ElmoBiLM, expected, sentences, cache: bool) -> None:
-    tiny_bilm.set_token_cache(1000 if cache else 0)
+def test_layers_and_mix_in_one_batch(bilm: ElmoBiLM, expected, sentences, cache: bool, device) -> None:
+    bilm.set_token_cache(1000 if cache else 0)
     for _ in range(2 if cache else 1):  # cold, then warm cache
-        layers = tiny_bilm.embed_sentences(sentences)
+        layers = bilm.embed_sentences(sentences)
         for i, acts in enumerate(layers):
-            close(acts, expected[f"activations_{i:02d}"])
+            close(acts, expected[f"activations_{i:02d}"], device)
             with torch.no_grad():
-                close(fixture_mix()(torch.from_numpy(acts)).numpy(), expected[f"elmo_representation_{i:02d}"])
-    tiny_bilm.set_token_cache(1000)
+                close(fixture_mix()(torch.from_numpy(acts)).numpy(), expected[f"elmo_representation_{i:02d}"], device)
+    bilm.set_token_cache(1000)
 
 
-def test_one_sentence_at_a_time(tiny_bilm: ElmoBiLM, expected, sentences) -> None:
+def test_one_sentence_at_a_time(bilm: ElmoBiLM, expected, sentences, device) -> None:
     for i, sent in enumerate(sentences):
         with torch.no_grad():
-            acts = tiny_bilm(tiny_bilm.char_ids([sent]), [len(sent)])
-        close(acts.numpy(), expected[f"activations_{i:02d}"])
+            acts = bilm(bilm.char_ids([sent]), [len(sent)])
+        close(acts.cpu().numpy(), expected[f"activations_{i:02d}"], device)
 
 
-def test_training_path_matches_and_has_gradients(tiny_bilm: ElmoBiLM, expected, sentences) -> None:
+def test_training_path_matches_and_has_gradients(bilm: ElmoBiLM, expected, sentences, device) -> None:
     """With autograd on (the pretraining path, no cache) the numbers are the same."""
-    acts = tiny_bilm.forward_with_boundaries(tiny_bilm.char_ids(sentences), [len(s) for s in sentences])
-    assert acts.requires_grad
+    acts = bilm.forward_with_boundaries(bilm.char_ids(sentences), [len(s) for s in sentences])
+    assert acts.requires_grad and acts.device.type == device.type
     offset = 0
     for i, sent in enumerate(sentences):
         n = len(sent) + 2
-        close(acts[:, offset : offset + n].detach().numpy(), expected["activations_with_bos_eos"][i, :, :n])
+        close(acts[:, offset : offset + n].detach().cpu().numpy(), expected["activations_with_bos_eos"][i, :, :n], device)
         offset += n
     acts.sum().backward()
-    params = dict(tiny_bilm.named_parameters())
+    params = dict(bilm.named_parameters())
     for name in ("token_encoder.convs.4.weight", "lstm.layers.0.weight_hh", "lstm.layers.1.weight_proj"):
         assert params[name].grad is not None and params[name].grad.abs().sum() > 0
-    tiny_bilm.zero_grad(set_to_none=True)
+    bilm.zero_grad(set_to_none=True)
 
 
-def test_boundaries_in_inference(tiny_bilm: ElmoBiLM, expected, sentences) -> None:
+def test_boundaries_in_inference(bilm: ElmoBiLM, expected, sentences, device) -> None:
     with torch.inference_mode():
-        acts = tiny_bilm.forward_with_boundaries(tiny_bilm.char_ids(sentences), [len(s) for s in sentences])
+        acts = bilm.forward_with_boundaries(bilm.char_ids(sentences), [len(s) for s in sentences])
     offset = 0
     for i, sent in enumerate(sentences):
         n = len(sent) + 2
-        close(acts[:, offset : offset + n].numpy(), expected["activations_with_bos_eos"][i, :, :n])
+        close(acts[:, offset : offset + n].cpu().numpy(), expected["activations_with_bos_eos"][i, :, :n], device)
         offset += n
 
 
-def test_debug_cnn_and_highway(tiny_bilm: ElmoBiLM, expected) -> None:
-    encoder = tiny_bilm.token_encoder
+def test_debug_cnn_and_highway(bilm: ElmoBiLM, expected, device) -> None:
+    encoder = bilm.token_encoder
     for i in range(3):
-        ids = torch.from_numpy(expected[f"char_ids_{i:02d}"].astype(np.int64))
-        with torch.no_grad():
+        ids = torch.from_numpy(expected[f"char_ids_{i:02d}"].astype(np.int64)).to(device)
+        with torch.no_grad(), no_tf32():
             cnn = encoder.cnn(ids)
             x = cnn
             for highway in encoder.highways:
                 x = highway(x)
-        close(cnn.numpy(), expected[f"debug_cnn_out_{i:02d}"])
-        close(x.numpy(), expected[f"debug_highway_out_{i:02d}"])
+        close(cnn.cpu().numpy(), expected[f"debug_cnn_out_{i:02d}"], device)
+        close(x.cpu().numpy(), expected[f"debug_highway_out_{i:02d}"], device)
 
 
 def test_char_ids_match_fixture(sentences, expected) -> None:
@@ -109,17 +120,17 @@ def test_char_id_mapping(shared_dir: Path) -> None:
     np.testing.assert_array_equal(tokens_to_char_ids(["</S>"])[0], mapping["eos_token_char_ids"])
 
 
-def test_same_sentence_in_any_company(tiny_bilm: ElmoBiLM, sentences) -> None:
+def test_same_sentence_in_any_company(bilm: ElmoBiLM, sentences) -> None:
     """Alone, in different batches and next to much longer sentences: within 1e-5."""
     target = sentences[3]
-    alone = tiny_bilm.embed_sentences([target])[0]
+    alone = bilm.embed_sentences([target])[0]
     long_one = sentences[4] * 3
     for company in ([sentences[0], target], sentences[::-1], [long_one, target, long_one], [target] * 5):
-        tiny_bilm.set_token_cache(0 if len(company) % 2 else 1000)
-        for out, sent in zip(tiny_bilm.embed_sentences(company, batch_tokens=64), company):
+        bilm.set_token_cache(0 if len(company) % 2 else 1000)
+        for out, sent in zip(bilm.embed_sentences(company, batch_tokens=64), company):
             if sent is target:
                 np.testing.assert_allclose(out, alone, atol=1e-5, rtol=0)
-    tiny_bilm.set_token_cache(1000)
+    bilm.set_token_cache(1000)
 
 
 def test_trimming_is_exact(tiny_bilm: ElmoBiLM) -> None:

@@ -1,5 +1,6 @@
-"""The GPU paths of the biLM and the glue. The CUDA tests skip on a machine without
-CUDA; the first one with a GPU runs them (the golden outputs need the shared fixtures)."""
+"""The GPU paths of the biLM and the glue. The CUDA tests run with ``pytest --gpu`` on a
+machine with CUDA (the golden outputs need the shared fixtures); the device tests of the
+other modules run there too (``pytest --gpu -m gpu``)."""
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 
 from spacy_elmo.bilm.tf32 import no_tf32
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = pytest.mark.cuda
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def test_checkpoint_rng_states_restore_on_cpu(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file left
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_checkpoint_rng_states_restore_with_cuda(tmp_path):
     torch.cuda.manual_seed_all(2)
     save_checkpoint({**EMPTY, "rng": rng_states()}, tmp_path / "checkpoint.pt")
