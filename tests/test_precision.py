@@ -96,7 +96,7 @@ def test_component_reduced_precision_on_cpu_is_an_error(tiny_dir: Path) -> None:
         nlp("A short text .")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_on_cuda(tiny_dir: Path, precision: str) -> None:
     bilm = ElmoBiLM.from_allennlp(tiny_dir / "options.json", tiny_dir / "weights.hdf5").cuda()
