@@ -65,6 +65,7 @@ def measure(
     label: str = typer.Option(..., "--label", help="name of this checkpoint, e.g. 'phase 4, step 2000'"),
     tokens_seen: float = typer.Option(..., "--tokens-seen", help="training tokens seen in all phases"),
     cpu_hours: float = typer.Option(..., "--cpu-hours", help="CPU-core hours of training in all phases"),
+    gpu_hours: float = typer.Option(0.0, "--gpu-hours", help="GPU hours of training in all phases"),
     test: Path = typer.Option(..., "--test", help="held-out text (prepared .npz or raw) for perplexity"),
     baseline_train: Path = typer.Option(..., "--baseline-train", help="training text for the unigram baseline"),
     data_dir: Path = typer.Option(Path("../shared/data"), "--data-dir", help="folder with conll2003/ and semcor/"),
@@ -79,7 +80,7 @@ def measure(
     wsd = _probe("probe_wsd.py", [str(data_dir / "semcor" / "wsd_corpora_semcor3.0_and_allwords_eval.naf.tar.gz"),
                                   "--weights", str(model_dir)])
     record: Dict[str, Any] = {
-        "label": label, "tokens_seen": tokens_seen, "cpu_hours": cpu_hours, "test": test.name,
+        "label": label, "tokens_seen": tokens_seen, "cpu_hours": cpu_hours, "gpu_hours": gpu_hours, "test": test.name,
         "perplexity": ppl, "unigram_perplexity": unigram, "pos": pos, "wsd": wsd, "demo": _demo(model_dir),
     }
     records = json.loads(history.read_text(encoding="utf-8")) if history.exists() else []
@@ -100,11 +101,13 @@ def plot(
     output: Path = typer.Argument(..., help="PNG to write"),
     title: Optional[str] = typer.Option("en_elmo_cpu: quality against training", "--title"),
 ) -> None:
-    """Plot perplexity, the probes and the demo margins against tokens seen (CPU-hours on top)."""
+    """Plot perplexity, the probes and the demo margins against tokens seen (log scale; the
+    training hours of each point as grey labels)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     records = json.loads(history.read_text(encoding="utf-8"))
     x = [r["tokens_seen"] / 1e6 for r in records]
@@ -129,11 +132,16 @@ def plot(
     ax.set_title("demo words (> 0: separated)")
     ax.legend(fontsize=8)
     for ax in axes:
-        ax.set_xlabel("training tokens seen (millions)")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("training tokens seen (millions, log scale)")
         for r, xi in zip(records, x):
-            ax.annotate(f"{r['cpu_hours']:.1f} h", (xi, ax.get_ylim()[0]), fontsize=6, color="grey",
+            hours = f"{r['cpu_hours']:.1f} h" + (f"\n+{r['gpu_hours']:.2f} GPU-h" if r.get("gpu_hours") else "")
+            ax.annotate(hours, (xi, ax.get_ylim()[0]), fontsize=6, color="grey",
                         xytext=(0, 2), textcoords="offset points", ha="center")
-    fig.suptitle(f"{title} (grey labels: CPU-core hours)", fontsize=10)
+    fig.suptitle(f"{title} (grey labels: CPU-core hours, and GPU hours where a GPU trained)", fontsize=10)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=110)
