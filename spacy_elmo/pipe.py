@@ -24,6 +24,7 @@ from .bilm.precision import check_precision
 from .frozen_cache import FrozenLayerCache
 from .hooks import set_elmo_hooks
 from .pipe_errors import check_listener_upstreams, clear_load_errors
+from .pipe_listeners import ListenerHost
 from .layers.elmo_model import (
     elmo_layers,
     get_bilm,
@@ -107,7 +108,7 @@ def make_elmo(
     )
 
 
-class Elmo(TrainablePipe):
+class Elmo(ListenerHost, TrainablePipe):
     def __init__(
         self,
         vocab: Vocab,
@@ -161,52 +162,6 @@ class Elmo(TrainablePipe):
 
     def _set_replace_hooks(self) -> None:
         set_replace_listener_hooks(self.model, frozen=self.frozen, max_length=self.max_length)
-
-    # Listeners (the contract spaCy's Language._link_components expects) ----------
-
-    @property
-    def listeners(self) -> List[ElmoListener]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> List[str]:
-        return list(self.listener_map.keys())
-
-    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
-        if not self.cfg["store_layers"]:
-            raise ValueError(
-                f"elmo: component '{component_name}' listens to '{self.name}', which has "
-                "store_layers = false; listeners read doc._.elmo at prediction time."
-            )
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
-        self._set_listener_width(listener)
-
-    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
-
-    def find_listeners(self, component: Any) -> None:
-        names = ("*", self.name)
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in names:
-                    self.add_listener(node, component.name)
-
-    def _set_listener_width(self, listener: ElmoListener) -> None:
-        bilm = self.bilm
-        if bilm is None:
-            return
-        if listener.n_layers != bilm.n_layers:
-            raise ValueError(
-                f"elmo: a listener mixes n_layers = {listener.n_layers}, but the biLM has {bilm.n_layers} layers"
-            )
-        listener.set_dim("nO", bilm.output_dim, force=True)
 
     # Prediction -------------------------------------------------------------------
 
