@@ -87,3 +87,20 @@ def test_ray_run_killed_resumes_and_equals_one_process(tmp_path, tiny_dir, ray_c
     local = tmp_path / "local.h5"
     embed_file(src, local, settings, batch_size=16, progress=False)
     same_files(local, out)  # the same datasets, vectors (<= 1e-5) and sentence_to_index
+
+
+def test_ray_actors_use_the_precision(tmp_path, tiny_dir, ray_cluster):
+    from spacy_elmo.embed.ray import embed_file_ray
+
+    src = write_lines(tmp_path / "in.txt", corpus(16))
+    int8 = EmbedSettings(weights=str(tiny_dir), precision="int8")
+    out, local, exact = tmp_path / "ray.h5", tmp_path / "local.h5", tmp_path / "f32.h5"
+    embed_file_ray(src, out, int8, batch_size=4, n_workers=2, shard_size=8, progress=False)
+    embed_file(src, local, int8, batch_size=4, progress=False)  # the same batches as the actors'
+    embed_file(src, exact, EmbedSettings(weights=str(tiny_dir)), batch_size=4, progress=False)
+    same_files(local, out)
+    with h5py.File(out, "r") as f, h5py.File(exact, "r") as g:
+        assert json.loads(f.attrs["spacy_elmo"])["precision"] == "int8"
+        assert max(np.abs(f[k][()] - g[k][()]).max() for k in g if k != "sentence_to_index") > 1e-4
+    with pytest.raises(ValueError, match="precision: 'int8' in the file, 'float32' now"):
+        embed_file_ray(src, out, EmbedSettings(weights=str(tiny_dir)), shard_size=8, progress=False)

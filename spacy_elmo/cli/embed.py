@@ -16,6 +16,7 @@ def embed_cli(
     weights: Optional[str] = typer.Option(None, "--weights", help="model dir (either format) or published model name; default: the shipped English model"),
     layers: str = typer.Option("all", "--layers", help="all: (3, n, 2P); top or average: (n, 2P)"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float16 for the stored vectors"),
+    precision: str = typer.Option("float32", "--precision", help="how the biLM computes: float32, int8 (CPU) or bf16 / fp16 (CUDA: ray with --num-gpus-per-worker)"),
     batch_size: int = typer.Option(64, "--batch-size", help="lines per batch (written and flushed per batch)"),
     n_process: int = typer.Option(1, "--n-process", help="worker processes (local) or actors (ray), one torch thread each"),
     tokenize: bool = typer.Option(False, "--tokenize", help="lines are raw text: spaCy's tokenizer and the elmo component's segmentation"),
@@ -35,7 +36,9 @@ def embed_cli(
     with the same options, continues where it stopped."""
     from ..embed import EmbedSettings, embed_docbin, embed_file
 
-    settings = EmbedSettings(weights=weights, layers=layers, dtype=dtype, tokenize=tokenize, max_length=max_length, lang=lang)
+    settings = EmbedSettings(
+        weights=weights, layers=layers, dtype=dtype, tokenize=tokenize, max_length=max_length, lang=lang, precision=precision
+    )
     if engine not in ("local", "ray"):
         raise ValueError(f"--engine must be local or ray, got {engine!r}")
     if engine == "local" and (ray_address is not None or num_gpus_per_worker > 0):

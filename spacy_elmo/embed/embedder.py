@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 from spacy.tokens import Doc
 
+from ..bilm.precision import check_device, check_precision
+
 LAYER_CHOICES = ("all", "top", "average")
 DTYPE_CHOICES = ("float32", "float16")
 
@@ -28,6 +30,8 @@ class EmbedSettings:
         sentences by the component's own segmentation.
     max_length: longest biLM sentence in tokens (the component's ``max_length``).
     lang: language of the spaCy tokenizer used with ``tokenize``.
+    precision: how the biLM computes (the component's ``precision``): "float32",
+        "int8" (CPU) or "bf16" / "fp16" (CUDA); see ``bilm.precision``.
     """
 
     weights: Optional[str] = None
@@ -36,8 +40,10 @@ class EmbedSettings:
     tokenize: bool = False
     max_length: int = 256
     lang: str = "en"
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
+        check_precision(self.precision, "--precision")
         if self.layers not in LAYER_CHOICES:
             raise ValueError(f"--layers must be one of {', '.join(LAYER_CHOICES)}, got {self.layers!r}")
         if self.dtype not in DTYPE_CHOICES:
@@ -47,6 +53,20 @@ class EmbedSettings:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    def check_device(self, gpu: bool) -> None:
+        """A ValueError when ``precision`` cannot run where the biLM will (a CUDA GPU
+        if ``gpu``, else the CPU), raised before anything is loaded or written."""
+        import torch
+
+        check_device(self.precision, torch.device("cuda" if gpu else "cpu"), "--precision")
+
+
+def on_gpu() -> bool:
+    """Whether a model built in this process goes to the GPU (``spacy.require_gpu``)."""
+    from thinc.api import get_current_ops
+
+    return get_current_ops().device_type == "gpu"
 
 
 def loader_config(weights: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -75,7 +95,8 @@ class Embedder:
 
         self.settings = settings
         self.nlp = spacy.blank(settings.lang)
-        self.nlp.add_pipe("elmo", config={"tensor": "none", "max_length": settings.max_length})
+        config = {"tensor": "none", "max_length": settings.max_length, "precision": settings.precision}
+        self.nlp.add_pipe("elmo", config=config)
         loader = loader_config(settings.weights)
         if loader is not None:
             self.nlp.config["initialize"]["components"]["elmo"] = {"loader": loader}

@@ -25,6 +25,19 @@ from ..util.atomic import atomic_path
 
 INDEX_KEY = "sentence_to_index"
 META_ATTR = "spacy_elmo"
+# Settings added after outputs were first written, with the value older files had.
+META_DEFAULTS: Dict[str, Any] = {"precision": "float32"}
+
+
+def with_defaults(meta: Dict[str, Any]) -> Dict[str, Any]:
+    """Stored settings with ``META_DEFAULTS`` for the ones an older file lacks."""
+    return {**META_DEFAULTS, **meta}
+
+
+def describe_diff(stored: Dict[str, Any], now: Dict[str, Any]) -> str:
+    """The settings that differ, each with its stored and its current value."""
+    keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+    return ", ".join(f"{k}: {stored.get(k)!r} in the file, {now.get(k)!r} now" for k in keys)
 
 
 def _hold_metadata(f: h5py.File) -> None:
@@ -43,7 +56,7 @@ def read_meta(path: Path) -> Optional[Dict[str, Any]]:
     """The settings stored in an output file (None: not written by spacy-elmo embed)."""
     with h5py.File(path, "r") as f:
         stored = f.attrs.get(META_ATTR)
-        meta = json.loads(stored) if stored is not None else None
+        meta = with_defaults(json.loads(stored)) if stored is not None else None
         if meta is not None:
             meta["complete"] = bool(f.attrs.get("complete", False))
         return meta
@@ -82,11 +95,10 @@ class EmbeddingWriter:
                 f"{self.path} exists and was not written by spacy-elmo embed; "
                 "remove it, pick another output or pass --overwrite"
             )
-        old = json.loads(stored)
-        diff = {k: (old.get(k), v) for k, v in self.meta.items() if old.get(k) != v}
-        if diff:
+        old = with_defaults(json.loads(stored))
+        if any(old.get(k) != v for k, v in self.meta.items()):
             self.file.close()
-            what = ", ".join(f"{k}: {a!r} in the file, {b!r} now" for k, (a, b) in sorted(diff.items()))
+            what = describe_diff({k: old.get(k) for k in self.meta}, self.meta)
             raise ValueError(
                 f"{self.path} was written by another embed run ({what}); "
                 "use the same input and options to resume, or pass --overwrite"

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..util.atomic import atomic_path
-from .embedder import Embedder, EmbedSettings, prefetch_weights
+from .embedder import Embedder, EmbedSettings, on_gpu, prefetch_weights
 from .hdf5 import EmbeddingWriter
 from .reader import InputStats, iter_lines, scan_input
 
@@ -130,6 +130,7 @@ def embed_file(
     """
     if batch_size < 1 or n_process < 1:
         raise ValueError("--batch-size and --n-process must be at least 1")
+    settings.check_device(gpu=n_process == 1 and on_gpu())  # spawned workers run on the CPU
     start = time.perf_counter()
     stats = scan_input(input_path)
     writer = EmbeddingWriter(output_path, run_meta(settings, stats), overwrite=overwrite)
@@ -177,6 +178,7 @@ def embed_docbin(
         raise ValueError("the DocBin mode stores doc._.elmo as the component sets it: all layers, float32")
     if not Path(input_path).is_file():
         raise ValueError(f"{input_path}: input file not found")
+    settings.check_device(gpu=n_process == 1 and on_gpu())
     start = time.perf_counter()
     embedder = Embedder(settings)
     try:

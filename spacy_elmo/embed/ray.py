@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .embedder import Embedder, EmbedSettings, prefetch_weights
-from .hdf5 import merge_shards, read_meta
+from .hdf5 import describe_diff, merge_shards, read_meta
 from .local import EmbedReport, progress_bar, run_meta
 from .reader import scan_input
 from .shards import ShardIndex, iter_shards, shard_bytes, shard_dir_for
@@ -93,6 +93,7 @@ def embed_file_ray(
     merge: merge the shards into ``output_path`` once all are done, then remove them.
     The other arguments are those of ``local.embed_file``.
     """
+    settings.check_device(gpu=num_gpus_per_worker > 0)  # where the actors run
     try:
         import ray
         import ray.data
@@ -108,7 +109,8 @@ def embed_file_ray(
         done_meta = read_meta(output_path)
         if done_meta is not None and done_meta.pop("complete") and done_meta == meta:
             return EmbedReport(stats.n_lines, 0, stats.n_lines, 0, time.perf_counter() - begin)
-        raise ValueError(f"{output_path} exists and is not the finished output of this run; pass --overwrite")
+        what = f" ({describe_diff(done_meta, meta)})" if done_meta is not None and done_meta != meta else ""
+        raise ValueError(f"{output_path} exists and is not the finished output of this run{what}; pass --overwrite")
     index = ShardIndex(shard_dir_for(output_path), meta, overwrite=overwrite)
     items = [
         {"shard": shard, "start": start, "lines": lines}

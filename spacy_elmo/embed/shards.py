@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from ..util.atomic import atomic_write_bytes, atomic_write_text
+from .hdf5 import describe_diff, with_defaults
 from .reader import iter_lines
 
 INDEX_FILE = "index.json"
@@ -64,10 +65,10 @@ class ShardIndex:
         self.shards: Dict[str, Dict[str, Any]] = {}
         if path.exists():
             stored = json.loads(path.read_text(encoding="utf-8"))
-            if stored.get("meta") != self.meta:
-                diff = sorted(k for k in set(stored.get("meta", {})) | set(self.meta) if stored["meta"].get(k) != self.meta.get(k))
+            old = with_defaults(stored.get("meta", {}))
+            if old != self.meta:
                 raise ValueError(
-                    f"{self.directory} holds shards of another embed run (differs in: {', '.join(diff)}); "
+                    f"{self.directory} holds shards of another embed run ({describe_diff(old, self.meta)}); "
                     "use the same input and options to resume, or pass --overwrite"
                 )
             self.shards = {k: v for k, v in stored["shards"].items() if (self.directory / v["file"]).is_file()}
