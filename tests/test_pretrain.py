@@ -82,7 +82,7 @@ class StopAt(Trainer):
     def train_step(self, sentences):
         result = super().train_step(sentences)
         if self.step == self.stop_at:
-            self.stop_requested = True
+            self._request_stop()  # what the SIGINT/SIGTERM handler calls
         return result
 
 

@@ -65,3 +65,23 @@ def test_stop_signals_request_then_restore():
         signal.raise_signal(signal.SIGTERM)
         assert stops == [1]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_during_the_stop_vote_is_not_lost(monkeypatch):
+    """The SIGTERM handler runs between bytecodes, also while the ranks' stop vote (a
+    collective) is under way: a signal arriving then must count at the next vote, not be
+    overwritten by the vote's result (which lost it: torchrun then killed the workers)."""
+    from types import SimpleNamespace
+
+    from spacy_elmo.pretrain import trainer as trainer_module
+
+    state = SimpleNamespace(stop_requested=False, signal_received=False, device=torch.device("cpu"))
+
+    def vote_during_which_the_signal_arrives(flag, device):
+        trainer_module.Trainer._request_stop(state)  # the handler, mid-collective
+        return flag  # the vote was cast before it ran
+
+    monkeypatch.setattr(trainer_module, "any_rank", vote_during_which_the_signal_arrives)
+    assert trainer_module.Trainer._should_stop(state) is False
+    monkeypatch.setattr(trainer_module, "any_rank", lambda flag, device: flag)
+    assert trainer_module.Trainer._should_stop(state) is True

@@ -59,7 +59,8 @@ class Trainer:
         self.output_dir = Path(output_dir)
         self.log = log
         self.rank, self.world = rank_world()
-        self.stop_requested = False
+        self.stop_requested = False  # all ranks agreed to stop
+        self.signal_received = False  # set by the SIGINT/SIGTERM handler only
         if int(self.training["threads"]) > 0:
             torch.set_num_threads(int(self.training["threads"]))
         device = self.training["device"]
@@ -179,7 +180,10 @@ class Trainer:
     def _should_stop(self) -> bool:
         """True once any rank got SIGINT/SIGTERM; all ranks agree, so that none is left
         waiting alone in a collective."""
-        self.stop_requested = any_rank(self.stop_requested, self.device)
+        # The signal handler may run between any two bytecodes, also while the collective
+        # below runs: it sets only ``signal_received``, which nothing overwrites, so a signal
+        # that arrives after this step's vote is counted at the next one.
+        self.stop_requested = any_rank(self.stop_requested or self.signal_received, self.device)
         return self.stop_requested
 
     # Loop ------------------------------------------------------------------------
@@ -231,7 +235,7 @@ class Trainer:
             return self._train()
 
     def _request_stop(self) -> None:
-        self.stop_requested = True
+        self.signal_received = True
 
     def _train(self) -> Dict[str, Any]:
         max_steps = int(self.training["max_steps"])
