@@ -51,6 +51,29 @@ def test_fused_layer_equals_autograd(clips):
         _assert_close(grad, ref[name])
 
 
+def test_fused_layer_on_a_table_of_distinct_rows_equals_autograd():
+    """With ``src`` the layer reads rows of a table (the input products once per table row,
+    their gradients summed per row): the same outputs and gradients as autograd on the
+    gathered rows."""
+    torch.manual_seed(1)
+    layer = ProjectedLstmLayer(input_dim=5, cell_dim=7, projection_dim=4, cell_clip=0.5, proj_clip=0.4).double()
+    batch_sizes = [4, 3, 3, 1]
+    M = sum(batch_sizes)
+    table = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    src = torch.randint(0, 3, (2 * M,))
+    w = torch.randn(2, M, 4, dtype=torch.float64)
+    expected = layer(table.index_select(0, src).view(2, M, 5), batch_sizes)
+    (expected * w).sum().backward()
+    ref = {"table": table.grad.clone(), **_grads(layer)}
+    table.grad = None
+    layer.zero_grad()
+    got = fused_layer(layer, table, batch_sizes, src)
+    (got * w).sum().backward()
+    _assert_close(got, expected)
+    for name, grad in {"table": table.grad, **_grads(layer)}.items():
+        _assert_close(grad, ref[name])
+
+
 def test_fused_layer_refuses_second_backward():
     layer = ProjectedLstmLayer(input_dim=3, cell_dim=4, projection_dim=2, cell_clip=None, proj_clip=None)
     out = fused_layer(layer, torch.randn(2, 3, 3), [2, 1]).sum()
@@ -110,3 +133,33 @@ def test_training_plan_reads_and_predicts():
     # the 3-token sentence (rank 0) reads 12, 13 forward and 14, 13 backward after the boundary
     assert fwd[3] == 12 and fwd[5] == 13 and bwd[3] == 14 and bwd[5] == 13
     assert len(plan.targets_rows) == 2 * (5 + 3)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_fused_softmax_equals_autograd_across_chunks(monkeypatch, with_bias):
+    """The chunked softmax loss (gradient made in forward, scaled in backward) against
+    torch's AdaptiveLogSoftmaxWithLoss under plain autograd, with chunks of a few rows
+    that straddle neither segment (forward / backward direction) nor cluster."""
+    from spacy_elmo.pretrain import fused_softmax
+
+    monkeypatch.setattr(fused_softmax, "CHUNK_ELEMENTS", 40)  # 3 head rows a chunk
+    torch.manual_seed(0)
+    asm = torch.nn.AdaptiveLogSoftmaxWithLoss(6, 30, [10, 20], div_value=2.0, head_bias=with_bias).double()
+    hidden = torch.randn(23, 6, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 30, (23,))
+    segments = [9, 14]
+    logp = asm(hidden, targets).output
+    (-logp[:9].sum() - 3.0 * logp[9:].sum()).backward()
+    ref = {"hidden": hidden.grad.clone(), **_grads(asm)}
+    hidden.grad = None
+    asm.zero_grad()
+    nll = fused_softmax.adaptive_nll(asm, hidden, targets, segments)
+    (nll[0] + 3.0 * nll[1]).backward()
+    _assert_close(nll[0], -logp[:9].sum())
+    _assert_close(nll[1], -logp[9:].sum())
+    got = {"hidden": hidden.grad, **_grads(asm)}
+    assert set(got) == set(ref)
+    for name in ref:
+        _assert_close(got[name], ref[name])
+    with torch.no_grad():  # no gradient work without autograd; the same values
+        _assert_close(fused_softmax.adaptive_nll(asm, hidden, targets, segments), nll)

@@ -12,7 +12,8 @@ rounding; ``tests/test_fused_lstm.py`` checks in float64).
 Shapes (packed layout of ``bilm.lstm``: step t holds the first ``batch_sizes[t]`` rows of
 step t - 1's sequences; M = sum(batch_sizes), B = batch_sizes[0]):
 
-- ``x`` (2, M, I): the layer input of each packed row, both directions;
+- ``x`` (2, M, I): the layer input of each packed row, both directions; or, with ``src``
+  (2 * M,), a table (R, I) of distinct rows that the packed rows read (``fused_layer``);
 - ``weight_ih`` (2, I, 4C), ``weight_hh`` (2, P, 4C), ``bias`` (2, 4C),
   ``weight_proj`` (2, C, P): the layer's parameters (gate order: input, forget, output,
   candidate);
@@ -51,11 +52,19 @@ class FusedProjectedLstm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight_ih: torch.Tensor, weight_hh: torch.Tensor, bias: torch.Tensor,
                 weight_proj: torch.Tensor, batch_sizes: Sequence[int], cell_clip: Optional[float],
-                proj_clip: Optional[float]) -> torch.Tensor:
-        C, P, M = weight_hh.shape[2] // 4, weight_proj.shape[2], x.shape[1]
+                proj_clip: Optional[float], src: Optional[torch.Tensor]) -> torch.Tensor:
+        C, P = weight_hh.shape[2] // 4, weight_proj.shape[2]
+        M = x.shape[1] if src is None else src.shape[0] // 2
         steps = _steps(batch_sizes)
         # gates: activated i, f, o, g of every row (overwritten by dL/dz in backward)
-        gates = torch.baddbmm(bias.unsqueeze(1), x, weight_ih)
+        if src is None:
+            gates = torch.baddbmm(bias.unsqueeze(1), x, weight_ih)
+        else:  # x is a table (R, I) of distinct input rows: its products once, then gathered
+            table_gates = torch.baddbmm(bias.unsqueeze(1), x.expand(2, *x.shape), weight_ih)
+            gates = x.new_empty(2, M, 4 * C)
+            for d in range(2):
+                torch.index_select(table_gates[d], 0, src[d * M : (d + 1) * M], out=gates[d])
+            del table_gates
         c = x.new_empty(2, M, C)  # cell after clipping
         c_raw = x.new_empty(2, M, C) if cell_clip is not None else c  # before clipping
         tanh_c = x.new_empty(2, M, C)
@@ -82,7 +91,9 @@ class FusedProjectedLstm(torch.autograd.Function):
             if proj_clip is not None:
                 torch.clamp(h_raw[:, s : s + n], -proj_clip, proj_clip, out=h[:, s : s + n])
         ctx.batch_sizes, ctx.cell_clip, ctx.proj_clip = list(batch_sizes), cell_clip, proj_clip
-        ctx.save_for_backward(x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw)
+        ctx.gathered = src is not None
+        ctx.save_for_backward(x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw,
+                              src if src is not None else x.new_empty(0, dtype=torch.long))
         ctx.used = False
         return h
 
@@ -97,7 +108,7 @@ class FusedProjectedLstm(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad_h: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
-        x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw = ctx.saved_tensors
+        x, weight_ih, weight_hh, weight_proj, gates, c, c_raw, tanh_c, m, h, h_raw, src = ctx.saved_tensors
         cell_clip, proj_clip, batch_sizes = ctx.cell_clip, ctx.proj_clip, ctx.batch_sizes
         C, B = c.shape[2], batch_sizes[0]
         dh = grad_h.to(x.dtype).contiguous().clone()  # dL/dh of every row, recurrence added step by step
@@ -145,12 +156,21 @@ class FusedProjectedLstm(torch.autograd.Function):
             else:
                 f.zero_()
         dz = gates  # now dL/dz of every row
-        grads: List[Optional[torch.Tensor]] = [None] * 8
+        grads: List[Optional[torch.Tensor]] = [None] * 9
         needs = ctx.needs_input_grad
+        x_in, dz_in = x, dz  # the input rows and their dL/dz (summed per table row when gathered)
+        if ctx.gathered:
+            M = dz.shape[1]
+            dz_in = dz.new_zeros(2, x.shape[0], dz.shape[2])
+            for d in range(2):
+                dz_in[d].index_add_(0, src[d * M : (d + 1) * M], dz[d])
+            x_in = x.expand(2, *x.shape)
         if needs[0]:
-            grads[0] = torch.bmm(dz, weight_ih.transpose(1, 2))
+            grads[0] = torch.bmm(dz_in, weight_ih.transpose(1, 2))
+            if ctx.gathered:
+                grads[0] = grads[0].sum(dim=0)
         if needs[1]:
-            grads[1] = torch.bmm(x.transpose(1, 2), dz)
+            grads[1] = torch.bmm(x_in.transpose(1, 2), dz_in)
         if needs[2]:
             grads[2] = x.new_zeros(weight_hh.shape)
             if len(batch_sizes) > 1:
@@ -158,14 +178,20 @@ class FusedProjectedLstm(torch.autograd.Function):
                 h_prev = h.index_select(1, prev)
                 torch.bmm(h_prev.transpose(1, 2), dz[:, B:], out=grads[2])
         if needs[3]:
-            grads[3] = dz.sum(dim=1)
+            grads[3] = dz_in.sum(dim=1)
         if needs[4]:
             grads[4] = torch.bmm(m.transpose(1, 2), dh)
         return tuple(grads)
 
 
-def fused_layer(layer: ProjectedLstmLayer, x: torch.Tensor, batch_sizes: Sequence[int]) -> torch.Tensor:
-    """``layer(x, batch_sizes)`` through ``FusedProjectedLstm``: x ``(2, M, I)`` -> ``(2, M, P)``."""
+def fused_layer(layer: ProjectedLstmLayer, x: torch.Tensor, batch_sizes: Sequence[int],
+                src: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``layer(x, batch_sizes)`` through ``FusedProjectedLstm``: x ``(2, M, I)`` -> ``(2, M, P)``.
+
+    With ``src`` (``(2 * M,)`` int64), x is a table ``(R, I)`` of distinct input rows and packed
+    row j of direction d reads ``x[src[d * M + j]]``: the input products are then computed
+    once per table row (fewer rows when the table holds each word type of the batch once)
+    and their gradients summed per table row."""
     if len(batch_sizes) == 0:
         return x.new_zeros(2, 0, layer.projection_dim)
     params = (layer.weight_ih, layer.weight_hh, layer.bias, layer.weight_proj)
@@ -174,15 +200,17 @@ def fused_layer(layer: ProjectedLstmLayer, x: torch.Tensor, batch_sizes: Sequenc
         dtype = torch.get_autocast_dtype(device)
         x, params = x.to(dtype), tuple(p.to(dtype) for p in params)
     with torch.autocast(device, enabled=False):
-        return FusedProjectedLstm.apply(x, *params, [int(b) for b in batch_sizes], layer.cell_clip, layer.proj_clip)
+        return FusedProjectedLstm.apply(x, *params, [int(b) for b in batch_sizes], layer.cell_clip, layer.proj_clip, src)
 
 
-def fused_stack(stack: ProjectedLstmStack, x: torch.Tensor, batch_sizes: Sequence[int]) -> List[torch.Tensor]:
+def fused_stack(stack: ProjectedLstmStack, x: torch.Tensor, batch_sizes: Sequence[int],
+                src: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """``stack(x, batch_sizes)`` with every layer fused: the packed output of each layer
-    (after the residual connection), each ``(2, M, P)``."""
+    (after the residual connection), each ``(2, M, P)``. With ``src``, x is a table of
+    distinct input rows read by the first layer as in ``fused_layer``."""
     outputs: List[torch.Tensor] = []
     for i, layer in enumerate(stack.layers):
-        h = fused_layer(layer, x, batch_sizes)
+        h = fused_layer(layer, x, batch_sizes, src if i == 0 else None)
         if i > 0 and stack.use_skip_connections:
             h = h + x
         outputs.append(h)

@@ -5,14 +5,17 @@ the loss reads only the top layer, the forward direction at ``<S>`` and the toke
 backward direction at the tokens and ``</S>``. Here:
 
 - the token layer (char CNN, highways, projection) runs once per distinct word type of the
-  batch (the batch knows each token's type) plus ``<S>`` and ``</S>``, and is then indexed
-  into the packed rows (its gradient accumulates through the index);
+  batch (the batch knows each token's type) plus ``<S>`` and ``</S>``, and so do the first
+  LSTM layer's input products, whose results are then indexed into the packed rows (their
+  gradients are summed per type);
 - every sequence runs one step fewer in each direction: the forward direction never reads
   ``</S>`` and the backward one never reads ``<S>``, since the states after them predict
   nothing (exact: no output the loss reads depends on those steps);
 - the LSTM layers run through ``fused_lstm`` (one autograd node per layer);
 - the top layer's states that predict each target are gathered straight from the packed
-  rows, in the order of ``LMBatch.fwd_targets`` then ``LMBatch.bwd_targets``.
+  rows, in the order of ``LMBatch.fwd_targets`` then ``LMBatch.bwd_targets``;
+- the softmax loss computes its gradient in the forward pass, a chunk of rows at a time
+  (``fused_softmax``), never holding a (rows, vocabulary) matrix.
 """
 from dataclasses import dataclass
 from typing import List, Tuple
@@ -25,6 +28,7 @@ from ..bilm import ElmoBiLM
 from ..bilm.softmax import AdaptiveSoftmax, FullSoftmax
 from .batches import LMBatch
 from .fused_lstm import fused_stack
+from .fused_softmax import adaptive_nll, linear_nll
 
 
 @dataclass
@@ -85,17 +89,17 @@ def predicting_states(bilm: ElmoBiLM, type_char_ids: torch.Tensor, plan: Trainin
     """
     device = bilm.device
     table = bilm.token_encoder(torch.cat([type_char_ids.to(device), bilm.boundary_char_ids], dim=0))
-    x = table.index_select(0, plan.src.to(device)).view(2, -1, table.shape[1])
-    top = fused_stack(bilm.lstm, x, plan.batch_sizes)[-1]
+    top = fused_stack(bilm.lstm, table, plan.batch_sizes, plan.src.to(device))[-1]
     return top.reshape(-1, top.shape[2]).index_select(0, plan.targets_rows.to(device))
 
 
-def target_log_likelihoods(softmax: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each row's target, ``(n,)``, with one softmax call for all rows."""
+def summed_nll(softmax: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+               segments: List[int]) -> torch.Tensor:
+    """Summed NLL of each segment of rows' targets, ``(len(segments),)``, one fused call."""
     if isinstance(softmax, AdaptiveSoftmax):
-        return softmax.proj(hidden, targets).output
+        return adaptive_nll(softmax.proj, hidden, targets, segments)
     if isinstance(softmax, FullSoftmax):
-        return -F.cross_entropy(softmax.proj(hidden), targets, reduction="none")
+        return linear_nll(hidden, softmax.proj.weight, softmax.proj.bias, targets, segments)
     raise TypeError(f"unsupported softmax module {type(softmax).__name__}")
 
 
@@ -110,6 +114,5 @@ def fast_lm_loss(bilm: ElmoBiLM, batch: LMBatch, dropout: float, training: bool)
         hidden = hidden.float()
     # the softmax in float32 also under amp (AdaptiveLogSoftmaxWithLoss mixes dtypes there)
     with torch.autocast(hidden.device.type, enabled=False):
-        logp = target_log_likelihoods(bilm.softmax, hidden, targets)
-    n_fwd = batch.fwd_targets.shape[0]
-    return -logp[:n_fwd].sum(), -logp[n_fwd:].sum()
+        nll = summed_nll(bilm.softmax, hidden, targets, [batch.fwd_targets.shape[0], batch.bwd_targets.shape[0]])
+    return nll[0], nll[1]

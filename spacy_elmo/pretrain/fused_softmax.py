@@ -1,0 +1,114 @@
+"""The training softmax loss with its gradient computed in the forward pass, a chunk of rows
+at a time.
+
+Pretraining only needs the summed negative log-likelihood of each direction, so the
+gradient of every row is known up to one factor per direction (the upstream gradient of
+that sum) as soon as the row's probabilities are known. ``LinearNLL`` therefore computes,
+for a few hundred rows at a time, the logits, one pass of ``exp``, the loss and the unit
+gradient ``softmax - onehot``, and from it the gradient of the input rows and of the
+weights; backward only scales them. Compared with ``log_softmax`` + ``gather`` under
+autograd this never holds the (rows, vocabulary) log-probabilities, their gradient or the
+zero-filled gather gradient (a quarter of a ``small`` step went into writing such buffers),
+and runs ``exp`` once instead of twice. Same arithmetic otherwise; ``tests/test_fused_lstm.py``
+checks loss and gradients against plain autograd in float64.
+
+``adaptive_nll`` applies it to ``torch.nn.AdaptiveLogSoftmaxWithLoss``'s head and clusters.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+CHUNK_ELEMENTS = 1 << 20  # logits per chunk (4 MB in float32): stays in cache across the passes
+
+
+class LinearNLL(torch.autograd.Function):
+    """Per segment of rows, ``-sum_r log softmax(x_r W^T + b)[t_r]``.
+
+    x ``(n, K)``, weight ``(V, K)``, bias ``(V,)`` or None, targets ``(n,)`` int64;
+    ``segments``: row counts of consecutive segments (summing to n); result ``(len(segments),)``.
+    ``with_grad``: also compute the gradients (False when nothing will call backward).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
+                segments: Sequence[int], with_grad: bool) -> torch.Tensor:
+        n_seg, V = len(segments), weight.shape[0]
+        out = x.new_zeros(n_seg)
+        gx = torch.empty_like(x) if with_grad else None
+        gw = x.new_zeros(n_seg, *weight.shape) if with_grad else None
+        gb = x.new_zeros(n_seg, V) if with_grad and bias is not None else None
+        rows = max(1, CHUNK_ELEMENTS // max(1, V))
+        start = 0
+        for k, size in enumerate(segments):
+            for a in range(start, start + int(size), rows):
+                b = min(a + rows, start + int(size))
+                xc, tc = x[a:b], targets[a:b]
+                logits = torch.addmm(bias, xc, weight.t()) if bias is not None else torch.mm(xc, weight.t())
+                picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1)
+                top = logits.amax(dim=1, keepdim=True)
+                logits.sub_(top).exp_()
+                total = logits.sum(dim=1)
+                # -log p(t) = log(sum exp(z - top)) - (z_t - top)
+                out[k] += (total.log() - (picked - top.squeeze(1))).sum()
+                if gx is not None:
+                    grad = logits.div_(total.unsqueeze(1))  # softmax
+                    grad[torch.arange(b - a, device=x.device), tc] -= 1.0  # d(-log p_t)/dz
+                    torch.mm(grad, weight, out=gx[a:b])
+                    gw[k].addmm_(grad.t(), xc)  # type: ignore[index]
+                    if gb is not None:
+                        gb[k] += grad.sum(dim=0)
+            start += int(size)
+        ctx.segments = [int(s) for s in segments]
+        ctx.save_for_backward(*(t for t in (gx, gw, gb) if t is not None))
+        ctx.has = (gx is not None, gb is not None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        has_grad, has_bias = ctx.has
+        if not has_grad:
+            raise RuntimeError("LinearNLL: backward of a loss computed with with_grad=False")
+        saved = list(ctx.saved_tensors)
+        gx, gw = saved[0], saved[1]
+        gb = saved[2] if has_bias else None
+        scale = torch.repeat_interleave(grad_out, torch.tensor(ctx.segments, device=grad_out.device))
+        grad_x = gx * scale.unsqueeze(1).to(gx.dtype)
+        grad_w = torch.tensordot(grad_out.to(gw.dtype), gw, dims=1)
+        grad_b = torch.tensordot(grad_out.to(gb.dtype), gb, dims=1) if gb is not None else None
+        return grad_x, grad_w, grad_b, None, None, None
+
+
+def linear_nll(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
+               segments: Sequence[int]) -> torch.Tensor:
+    """``LinearNLL`` with its gradients computed only where autograd will need them."""
+    with_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    return LinearNLL.apply(x, weight, bias, targets, [int(s) for s in segments], with_grad)
+
+
+def _segment_counts(rows: torch.Tensor, segments: Sequence[int]) -> List[int]:
+    """How many of the sorted row indices ``rows`` fall in each segment."""
+    bounds = torch.tensor([0] + list(segments), device=rows.device).cumsum(0)
+    return torch.diff(torch.searchsorted(rows, bounds)).tolist()
+
+
+def adaptive_nll(softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, targets: torch.Tensor,
+                 segments: Sequence[int]) -> torch.Tensor:
+    """Summed NLL per segment of rows under ``softmax`` (the same value as
+    ``-softmax(hidden, targets).output`` summed per segment): the head's log-probability of
+    the target's shortlist word or cluster, plus the cluster's of the word within it."""
+    cutoffs: Tuple[int, ...] = tuple([0] + list(softmax.cutoffs))
+    head_targets = targets.clone()
+    total = None
+    for i in range(softmax.n_clusters):
+        lo, hi = cutoffs[i + 1], cutoffs[i + 2]
+        rows = torch.nonzero((targets >= lo) & (targets < hi)).squeeze(1)
+        if rows.numel() == 0:
+            continue
+        head_targets[rows] = softmax.shortlist_size + i
+        projection, output = softmax.tail[i][0], softmax.tail[i][1]
+        part = linear_nll(projection(hidden.index_select(0, rows)), output.weight, output.bias,
+                          targets.index_select(0, rows) - lo, _segment_counts(rows, segments))
+        total = part if total is None else total + part
+    head = linear_nll(hidden, softmax.head.weight, softmax.head.bias, head_targets, segments)
+    return head if total is None else head + total
