@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from .precision import PRECISION_OF_AUTOCAST
 from .products import default_kind, products_for
 
 
@@ -72,7 +73,7 @@ class ProjectedLstmLayer(nn.Module):
             device = x.device.type
             if not torch.is_autocast_enabled(device):
                 return self.forward_inference(x, batch_sizes, products=products)
-            low = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(torch.get_autocast_dtype(device))
+            low = PRECISION_OF_AUTOCAST.get(torch.get_autocast_dtype(device))
             if low is not None:
                 with torch.autocast(device, enabled=False):
                     return self.forward_inference(x.to(torch.get_autocast_dtype(device)), batch_sizes, products=low)

@@ -180,12 +180,13 @@ class ElmoBiLM(nn.Module):
         with autocast_for(precision, self.device):
             if self.device.type == "cuda" and not self.allow_tf32:
                 with no_tf32():
-                    out = self._run_layers(char_ids, lengths, keep_boundaries)
+                    out = self._run_layers(char_ids, lengths, keep_boundaries, precision)
             else:
-                out = self._run_layers(char_ids, lengths, keep_boundaries)
+                out = self._run_layers(char_ids, lengths, keep_boundaries, precision)
         return out.float() if precision != "float32" else out
 
-    def _run_layers(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool) -> torch.Tensor:
+    def _run_layers(self, char_ids: torch.Tensor, lengths: Sequence[int], keep_boundaries: bool,
+                    precision: str) -> torch.Tensor:
         lengths = np.asarray([int(n) for n in lengths], dtype=np.int64)
         if char_ids.dim() != 2 or char_ids.shape[1] != self.max_chars:
             raise ValueError(
@@ -204,7 +205,7 @@ class ElmoBiLM(nn.Module):
         x = torch.stack([table.index_select(0, plan.src_fwd), table.index_select(0, plan.src_bwd)])
         token_layer = table.index_select(0, plan.out_rows)
         layers = [torch.cat([token_layer, token_layer], dim=1)]
-        for h in self.lstm(x, plan.batch_sizes, lstm_products(self._inference_precision())):
+        for h in self.lstm(x, plan.batch_sizes, lstm_products(precision)):
             layers.append(torch.cat([h[0].index_select(0, plan.out_fwd), h[1].index_select(0, plan.out_bwd)], dim=1))
         out = torch.stack(layers)
         assert out.shape[1] == n_rows

@@ -19,6 +19,7 @@ import torch
 
 PRECISIONS = ("float32", "int8", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISION_OF_AUTOCAST = {dtype: name for name, dtype in AUTOCAST_DTYPES.items()}
 
 
 def check_precision(value: object, where: str = "ElmoBiLM") -> str:
