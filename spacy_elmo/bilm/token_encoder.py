@@ -84,13 +84,23 @@ class CharTokenEncoder(nn.Module):
 
     def _cnn(self, char_ids: torch.Tensor) -> torch.Tensor:
         emb = self.char_embedding(char_ids).transpose(1, 2)  # (n, E, chars)
-        return torch.cat([conv(emb).amax(dim=2) for conv in self.convs], dim=1)
+        return torch.cat([_max_over_windows(conv(emb)) for conv in self.convs], dim=1)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         x = self.cnn(char_ids)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
+
+
+def _max_over_windows(features: torch.Tensor) -> torch.Tensor:
+    """Max-pool ``(n, F, windows)`` over its windows. Under autograd through ``max`` with
+    indices, whose backward writes each gradient to one window: several times faster than
+    ``amax``'s backward, which builds a float mask of the ties and divides by their count.
+    The parameter gradients are the same, since tied windows see the same characters."""
+    if features.requires_grad and torch.is_grad_enabled():
+        return features.max(dim=2).values
+    return features.amax(dim=2)
 
 
 def trimmed_widths(char_ids: torch.Tensor, widest: int) -> torch.Tensor:

@@ -5,7 +5,8 @@ Pretraining only needs the summed negative log-likelihood of each direction, so 
 gradient of every row is known up to one factor per direction (the upstream gradient of
 that sum) as soon as the row's probabilities are known. ``LinearNLL`` therefore computes,
 for a few hundred rows at a time, the logits, one pass of ``exp``, the loss and the unit
-gradient ``softmax - onehot``, and from it the gradient of the input rows and of the
+gradient ``softmax - onehot`` (with the softmax's normalisation applied to the narrow
+input rows rather than to the wide logits), and from it the gradient of the input rows and of the
 weights; backward only scales them. Compared with ``log_softmax`` + ``gather`` under
 autograd this never holds the (rows, vocabulary) log-probabilities, their gradient or the
 zero-filled gather gradient (a quarter of a ``small`` step went into writing such buffers),
@@ -39,25 +40,30 @@ class LinearNLL(torch.autograd.Function):
         gw = x.new_zeros(n_seg, *weight.shape) if with_grad else None
         gb = x.new_zeros(n_seg, V) if with_grad and bias is not None else None
         rows = max(1, CHUNK_ELEMENTS // max(1, V))
+        buffer = x.new_empty(min(rows, x.shape[0]), V)  # one chunk's logits, reused
         start = 0
         for k, size in enumerate(segments):
             for a in range(start, start + int(size), rows):
                 b = min(a + rows, start + int(size))
-                xc, tc = x[a:b], targets[a:b]
-                logits = torch.addmm(bias, xc, weight.t()) if bias is not None else torch.mm(xc, weight.t())
+                xc, tc, logits = x[a:b], targets[a:b], buffer[: b - a]
+                if bias is not None:
+                    torch.addmm(bias, xc, weight.t(), out=logits)
+                else:
+                    torch.mm(xc, weight.t(), out=logits)
                 picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1)
                 top = logits.amax(dim=1, keepdim=True)
-                logits.sub_(top).exp_()
+                logits.sub_(top).exp_()  # e = exp(z - top); softmax = e / total
                 total = logits.sum(dim=1)
                 # -log p(t) = log(sum exp(z - top)) - (z_t - top)
                 out[k] += (total.log() - (picked - top.squeeze(1))).sum()
                 if gx is not None:
-                    grad = logits.div_(total.unsqueeze(1))  # softmax
-                    grad[torch.arange(b - a, device=x.device), tc] -= 1.0  # d(-log p_t)/dz
-                    torch.mm(grad, weight, out=gx[a:b])
-                    gw[k].addmm_(grad.t(), xc)  # type: ignore[index]
+                    # d(-log p_t)/dz = e / total - onehot(t): the 1 / total is applied to the
+                    # (rows, K) products and inputs, not to the (rows, V) matrix e
+                    inv = total.reciprocal_().unsqueeze(1)
+                    torch.mm(logits, weight, out=gx[a:b]).mul_(inv).sub_(weight.index_select(0, tc))
+                    gw[k].addmm_(logits.t(), xc * inv).index_add_(0, tc, xc, alpha=-1.0)  # type: ignore[index]
                     if gb is not None:
-                        gb[k] += grad.sum(dim=0)
+                        gb[k].addmv_(logits.t(), inv.squeeze(1)).index_add_(0, tc, inv.new_ones(b - a), alpha=-1.0)
             start += int(size)
         ctx.segments = [int(s) for s in segments]
         ctx.save_for_backward(*(t for t in (gx, gw, gb) if t is not None))
