@@ -163,3 +163,26 @@ def test_fused_softmax_equals_autograd_across_chunks(monkeypatch, with_bias):
         _assert_close(got[name], ref[name])
     with torch.no_grad():  # no gradient work without autograd; the same values
         _assert_close(fused_softmax.adaptive_nll(asm, hidden, targets, segments), nll)
+
+
+def test_training_max_pool_gives_amax_gradients(monkeypatch):
+    """The char CNN pools through ``max`` with indices under autograd (one window gets each
+    gradient); ``amax`` splits it among tied windows. Ties come from windows that see the
+    same characters (the padding windows of short tokens, repeated letters), so every
+    parameter gradient is the same."""
+    from spacy_elmo.bilm import token_encoder
+    from spacy_elmo.bilm.chars import tokens_to_char_ids
+
+    torch.manual_seed(0)
+    bilm = ElmoBiLM(OPTIONS, vocab_size=10).double()
+    chars = torch.from_numpy(tokens_to_char_ids(WORDS + ["aaaa", "zzzzzzzz", "a"], 50)).long()
+    weights = torch.randn(chars.shape[0], bilm.token_encoder.projection.out_features, dtype=torch.float64)
+    grads = []
+    for pool in (token_encoder._max_over_windows, lambda features: features.amax(dim=2)):
+        monkeypatch.setattr(token_encoder, "_max_over_windows", pool)
+        bilm.zero_grad()
+        (bilm.token_encoder(chars) * weights).sum().backward()
+        grads.append(_grads(bilm.token_encoder))
+    assert set(grads[0]) == set(grads[1])
+    for name in grads[1]:
+        _assert_close(grads[0][name], grads[1][name], 1e-10)
