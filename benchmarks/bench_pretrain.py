@@ -6,8 +6,10 @@ Not a test: prints figures. Example:
     python benchmarks/bench_pretrain.py --presets en_cpu,small --steps 12,4 --threads 1
 
 For each preset both implementations start from the same weights and train on the same
-batches (the first lines of WikiText-2 train), each with its own copy of the model and its
-own Adam; their steps alternate, so a busy machine slows both alike. Printed: training
+batches (the first lines of WikiText-2 train), each in its own process with its own model
+and Adam (the trainer's process with the host-memory setting that ``pretrain`` applies,
+``spacy_elmo/pretrain/memory.py``; the reference's as 778aaa6 ran); their steps alternate,
+one process stepping while the other waits, so a busy machine slows both alike. Printed: training
 tokens/s of each (sentence tokens, boundaries not counted) and their ratio, the mean loss
 of each (they should track each other), and from a profile of a few more steps of the new
 trainer the share of a step spent in matrix products (linear-algebra products and the char
@@ -16,9 +18,10 @@ with a large ``torch.mm``. Also the cost of building one epoch's batch order at 
 a real corpus (778aaa6 rebuilt it at every step; the trainer now builds it once an epoch).
 """
 import argparse
-import copy
 import gzip
 import json
+import multiprocessing as mp
+import resource
 import sys
 import tempfile
 import time
@@ -95,47 +98,97 @@ def next_batch(trainer: Any) -> np.ndarray:
     return trainer._next_batch()
 
 
-def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
+def _worker(role: str, preset: str, data: str, out: str, threads: int, vocab: int, keep_memory: bool,
+            conn: Any) -> None:
+    """One implementation in its own process, stepping when the parent says so. ``role``:
+    "new" (the trainer, with the host-memory setting that ``pretrain`` applies) or "reference"
+    (778aaa6's step on a trainer built from the same config, hence the same weights and data)."""
+    torch.set_num_threads(threads)
     from spacy_elmo.pretrain.config import load_pretrain_config
+    from spacy_elmo.pretrain.memory import keep_freed_memory
     from spacy_elmo.pretrain.trainer import Trainer
 
     cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {
-        "paths.train": str(data), "paths.dev": None, "paths.init": None, "vocab.size": args.vocab,
-        "training.threads": args.threads, "training.device": "cpu", "training.amp": "none"})
-    trainer = Trainer(cfg, out / preset, log=lambda s: None)
-    ref = reference_pretrain.ReferenceStep(
-        copy.deepcopy(trainer.bilm), cfg["training"], trainer.train.ids, trainer.offsets, trainer.lengths,
-        trainer.char_table, trainer.train_targets)
+        "paths.train": data, "paths.dev": None, "paths.init": None, "vocab.size": vocab,
+        "training.threads": threads, "training.device": "cpu", "training.amp": "none"})
+    trainer = Trainer(cfg, Path(out) / preset / role, log=lambda s: None)
+    if role == "new":
+        if keep_memory:
+            keep_freed_memory()
+        draw, step = (lambda: next_batch(trainer)), (lambda b: trainer.train_step(b)[0])
+    else:
+        ref = reference_pretrain.ReferenceStep(
+            trainer.bilm, cfg["training"], trainer.train.ids, trainer.offsets, trainer.lengths,
+            trainer.char_table, trainer.train_targets)
+        draw, step = ref.next_batch, ref
+    while True:
+        command = conn.recv()
+        if command == "step":
+            before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            batch = draw()
+            nll = step(batch)
+            seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+            conn.send((batch, float(nll), seconds, int(trainer.lengths[batch].sum()),
+                       after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
+        elif command == "profile":
+            conn.send(profile_products(step, [draw() for _ in range(conn.recv())]))
+        else:
+            conn.close()
+            return
+
+
+def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
+    """Both implementations, each in its own process (so that a process-wide setting of one, such
+    as the trainer's host-memory setting, leaves the other as it ran), their steps alternating."""
+    ctx = mp.get_context("spawn")
+    conns, procs = {}, []
+    for role in ("reference", "new"):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(role, preset, str(data), str(out), args.threads, args.vocab,
+                                                         not args.default_malloc, child))
+        proc.start()
+        conns[role] = parent
+        procs.append(proc)
     seconds = {"reference": 0.0, "new": 0.0}
+    faults = {"reference": 0, "new": 0}  # minor page faults and kernel seconds of the timed steps
+    kernel = {"reference": 0.0, "new": 0.0}
     losses: Dict[str, List[float]] = {"reference": [], "new": []}
     tokens = 0
-    for i in range(steps + 1):  # step 0 warms up
-        start = time.perf_counter()
-        batch = ref.next_batch()
-        nll = ref(batch)
-        t_ref = time.perf_counter() - start
-        start = time.perf_counter()
-        new_batch = next_batch(trainer)
-        new_nll, _ = trainer.train_step(new_batch)
-        t_new = time.perf_counter() - start
-        assert np.array_equal(batch, new_batch), "the two implementations must see the same batches"
-        n = int(trainer.lengths[batch].sum())
-        losses["reference"].append(nll / (2 * n))
-        losses["new"].append(new_nll / (2 * n))
-        if i:
-            seconds["reference"] += t_ref
-            seconds["new"] += t_new
-            tokens += n
+    try:
+        for i in range(steps + 1):  # step 0 warms up
+            done = {}
+            for role in ("reference", "new"):  # one at a time: the other process waits
+                conns[role].send("step")
+                done[role] = conns[role].recv()
+            batch, new_batch = done["reference"][0], done["new"][0]
+            assert np.array_equal(batch, new_batch), "the two implementations must see the same batches"
+            n = done["new"][3]
+            for role in ("reference", "new"):
+                losses[role].append(done[role][1] / (2 * n))
+                if i:
+                    seconds[role] += done[role][2]
+                    faults[role] += done[role][4]
+                    kernel[role] += done[role][5]
+            if i:
+                tokens += n
+        profiled = {}
+        for role in ("new", "reference"):
+            conns[role].send("profile")
+            conns[role].send(args.profile_steps)
+            profiled[role] = conns[role].recv()
+    finally:
+        for role in ("reference", "new"):
+            conns[role].send("stop")
+        for proc in procs:
+            proc.join()
     rates = {k: tokens / v for k, v in seconds.items()}
-    extra = [next_batch(trainer) for _ in range(args.profile_steps)]
-    share, product_rate, step_s = profile_products(lambda b: trainer.train_step(b), extra)
-    ref_extra = [ref.next_batch() for _ in range(args.profile_steps)]
-    ref_share, ref_product_rate, _ = profile_products(ref, ref_extra)
     return {"preset": preset, "tokens": tokens, "steps": steps, "tokens_per_s": rates,
             "ratio": rates["new"] / rates["reference"],
             "mean_loss": {k: float(np.mean(v[1:])) for k, v in losses.items()},
-            "product_share": {"new": share, "reference": ref_share},
-            "product_gflops": {"new": product_rate, "reference": ref_product_rate}}
+            "page_faults_per_step": {k: v / steps for k, v in faults.items()},
+            "kernel_share": {k: kernel[k] / seconds[k] for k in kernel},
+            "product_share": {k: profiled[k][0] for k in profiled},
+            "product_gflops": {k: profiled[k][1] for k in profiled}}
 
 
 def main() -> None:
@@ -151,6 +204,8 @@ def main() -> None:
     parser.add_argument("--order-sentences", type=int, default=694_427,
                         help="corpus size (sentences) at which to time building an epoch's batch order "
                              "(default: the English en_cpu corpus)")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="run the trainer without the host-memory setting that pretrain applies")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -188,6 +243,10 @@ def main() -> None:
         print(f"{r['preset']:<8}{r['steps']:>6}{rate['reference']:>15,.0f}{rate['new']:>11,.0f}{r['ratio']:>6.2f}x"
               f"{loss['reference']:>8.3f}/{loss['new']:.3f}{share['reference']:>17.0%} / {share['new']:.0%}"
               f"{gf['reference']:>20.1f} / {gf['new']:.1f} ({gf['new'] / gemm:.0%})")
+    for r in results["presets"]:
+        pf, ks = r["page_faults_per_step"], r["kernel_share"]
+        print(f"{r['preset']}: minor page faults per step {pf['reference']:,.0f} / {pf['new']:,.0f}, "
+              f"kernel time {ks['reference']:.0%} / {ks['new']:.0%} of a step (778aaa6 / new)")
     print(f"building one epoch's batch order for {args.order_sentences:,} sentences: "
           f"{results['epoch_order_ms']:.0f} ms (at every step in 778aaa6, once an epoch now)")
     for r in results["presets"]:  # the reference's step also rebuilds the order of a corpus that size

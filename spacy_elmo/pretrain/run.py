@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .config import load_pretrain_config
 from .distributed import distributed_from_env
+from .memory import keep_freed_memory
 from .output import OutputLock, check_output_dir, remove_stale_temp_files
 
 
@@ -21,12 +22,15 @@ def pretrain(config_path: Path, output: Path, overrides: Optional[Dict[str, Any]
     overrides: config overrides by dotted name (``{"training.max_steps": 10}``).
     force: write the run's files into a directory that holds other files.
     log: where progress lines go.
+
+    The process keeps freed host memory for reuse from here on (``memory.keep_freed_memory``).
     """
     from .trainer import Trainer
 
     config = load_pretrain_config(config_path, overrides)
     output = Path(output)
     rank0 = int(os.environ.get("RANK", "0")) == 0  # torchrun: only rank 0 writes
+    keep_freed_memory()  # a step's large buffers reuse the last step's pages
     with contextlib.ExitStack() as stack:
         if rank0:
             check_output_dir(output, force=force)
