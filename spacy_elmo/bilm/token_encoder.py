@@ -97,7 +97,9 @@ def _max_over_windows(features: torch.Tensor) -> torch.Tensor:
     """Max-pool ``(n, F, windows)`` over its windows. Under autograd through ``max`` with
     indices, whose backward writes each gradient to one window: several times faster than
     ``amax``'s backward, which builds a float mask of the ties and divides by their count.
-    The parameter gradients are the same, since tied windows see the same characters."""
+    The parameter gradients are the same: windows tie when they see the same characters (the
+    all-padding windows of short tokens, repeated letters), so either split gives the same sum
+    (``tests/test_fused_lstm.py`` checks it in float64)."""
     if features.requires_grad and torch.is_grad_enabled():
         return features.max(dim=2).values
     return features.amax(dim=2)
