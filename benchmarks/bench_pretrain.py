@@ -144,8 +144,8 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
     conns, procs = {}, []
     for role in ("reference", "new"):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(role, preset, str(data), str(out), args.threads, args.vocab,
-                                                         not args.default_malloc, child))
+        worker_args = (role, preset, str(data), str(out), args.threads, args.vocab, not args.default_malloc, child)
+        proc = ctx.Process(target=_worker, args=worker_args)
         proc.start()
         conns[role] = parent
         procs.append(proc)
@@ -178,7 +178,10 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
             profiled[role] = conns[role].recv()
     finally:
         for role in ("reference", "new"):
-            conns[role].send("stop")
+            try:
+                conns[role].send("stop")
+            except OSError:  # that worker has died: its error is the one to see
+                pass
         for proc in procs:
             proc.join()
     rates = {k: tokens / v for k, v in seconds.items()}
