@@ -165,24 +165,40 @@ def test_fused_softmax_equals_autograd_across_chunks(monkeypatch, with_bias):
         _assert_close(fused_softmax.adaptive_nll(asm, hidden, targets, segments), nll)
 
 
-def test_training_max_pool_gives_amax_gradients(monkeypatch):
-    """The char CNN pools through ``max`` with indices under autograd (one window gets each
-    gradient); ``amax`` splits it among tied windows. Ties come from windows that see the
-    same characters (the padding windows of short tokens, repeated letters), so every
-    parameter gradient is the same."""
-    from spacy_elmo.bilm import token_encoder
+def test_conv_max_pool_gives_autograd_gradients():
+    """The char CNN's training node (``bilm.conv_pool.ConvMaxPool``: gradients summed per
+    character of each chosen window) gives autograd's gradients through the plain modules,
+    with the max-pool through ``amax`` (ties split) and through ``max`` (one window each): ties
+    come from windows that see the same characters (the padding windows of short tokens,
+    repeated letters), so every parameter gradient is the same, padding row included."""
+    from spacy_elmo.bilm import conv_pool
     from spacy_elmo.bilm.chars import tokens_to_char_ids
 
     torch.manual_seed(0)
-    bilm = ElmoBiLM(OPTIONS, vocab_size=10).double()
-    chars = torch.from_numpy(tokens_to_char_ids(WORDS + ["aaaa", "zzzzzzzz", "a"], 50)).long()
-    weights = torch.randn(chars.shape[0], bilm.token_encoder.projection.out_features, dtype=torch.float64)
-    grads = []
-    for pool in (token_encoder._max_over_windows, lambda features: features.amax(dim=2)):
-        monkeypatch.setattr(token_encoder, "_max_over_windows", pool)
-        bilm.zero_grad()
-        (bilm.token_encoder(chars) * weights).sum().backward()
-        grads.append(_grads(bilm.token_encoder))
-    assert set(grads[0]) == set(grads[1])
-    for name in grads[1]:
-        _assert_close(grads[0][name], grads[1][name], 1e-10)
+    encoder = ElmoBiLM(OPTIONS, vocab_size=10).double().token_encoder
+    chars = torch.from_numpy(tokens_to_char_ids(WORDS + ["aaaa", "zzzzzzzz", "a", "Ünïcödé🙂"], 50)).long()
+    chars = torch.cat([chars, torch.zeros_like(chars[:1])])  # a padding token: every id 0
+    weights = torch.randn(chars.shape[0], encoder.n_filters, dtype=torch.float64)
+    table = encoder.char_embedding.weight
+    conv_params = [p for conv in encoder.convs for p in (conv.weight, conv.bias)]
+
+    def plain(pool):
+        emb = encoder.char_embedding(chars).transpose(1, 2)
+        return torch.cat([pool(conv(emb)) for conv in encoder.convs], dim=1)
+
+    outputs = {
+        "amax": plain(lambda x: x.amax(dim=2)),
+        "max": plain(lambda x: x.max(dim=2).values),
+        "fused": conv_pool.ConvMaxPool.apply(chars, table, 0, *conv_params),
+        "encoder": conv_pool.conv_max_pool(chars, encoder.char_embedding, encoder.convs),
+    }
+    assert type(outputs["encoder"].grad_fn).__name__ == "ConvMaxPoolBackward"  # the CPU training path
+    grads = {k: torch.autograd.grad((torch.relu(v) * weights).sum(), [table, *conv_params]) for k, v in outputs.items()}
+    for name in ("max", "fused", "encoder"):
+        _assert_close(outputs[name], outputs["amax"], 1e-12)
+        for got, ref in zip(grads[name], grads["amax"]):
+            assert got.shape == ref.shape
+            _assert_close(got, ref, 1e-10)
+    assert grads["fused"][0][0].abs().max() == 0  # the padding row gets no gradient
+    with torch.no_grad():  # without autograd: the amax forward, the same values
+        _assert_close(conv_pool.conv_max_pool(chars, encoder.char_embedding, encoder.convs), outputs["amax"], 1e-12)

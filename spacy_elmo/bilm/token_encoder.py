@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .chars import PAD_CHAR
+from .conv_pool import conv_max_pool
 
 PAD_ID = PAD_CHAR + 1  # in-word padding character, after the +1 shift
 
@@ -83,26 +84,13 @@ class CharTokenEncoder(nn.Module):
         return self.activation(torch.cat(parts)[inverse])
 
     def _cnn(self, char_ids: torch.Tensor) -> torch.Tensor:
-        emb = self.char_embedding(char_ids).transpose(1, 2)  # (n, E, chars)
-        return torch.cat([_max_over_windows(conv(emb)) for conv in self.convs], dim=1)
+        return conv_max_pool(char_ids, self.char_embedding, self.convs)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         x = self.cnn(char_ids)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
-
-
-def _max_over_windows(features: torch.Tensor) -> torch.Tensor:
-    """Max-pool ``(n, F, windows)`` over its windows. Under autograd through ``max`` with
-    indices, whose backward writes each gradient to one window: several times faster than
-    ``amax``'s backward, which builds a float mask of the ties and divides by their count.
-    The parameter gradients are the same: windows tie when they see the same characters (the
-    all-padding windows of short tokens, repeated letters), so either split gives the same sum
-    (``tests/test_fused_lstm.py`` checks it in float64)."""
-    if features.requires_grad and torch.is_grad_enabled():
-        return features.max(dim=2).values
-    return features.amax(dim=2)
 
 
 def trimmed_widths(char_ids: torch.Tensor, widest: int) -> torch.Tensor:
