@@ -202,3 +202,13 @@ def test_conv_max_pool_gives_autograd_gradients():
     assert grads["fused"][0][0].abs().max() == 0  # the padding row gets no gradient
     with torch.no_grad():  # without autograd: the amax forward, the same values
         _assert_close(conv_pool.conv_max_pool(chars, encoder.char_embedding, encoder.convs), outputs["amax"], 1e-12)
+
+
+def test_conv_max_pool_with_no_tokens():
+    """An empty batch of types under autograd: an empty output and zero gradients."""
+    encoder = ElmoBiLM(OPTIONS, vocab_size=10).token_encoder
+    out = encoder(torch.zeros(0, 50, dtype=torch.long))
+    assert out.shape == (0, encoder.projection.out_features)
+    out.sum().backward()
+    assert all(float(conv.weight.grad.abs().max()) == 0 for conv in encoder.convs)
+    assert float(encoder.char_embedding.weight.grad.abs().max()) == 0

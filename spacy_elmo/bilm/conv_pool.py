@@ -67,7 +67,7 @@ class ConvMaxPool(torch.autograd.Function):
 
 def _weighted_count(index: torch.Tensor, weights: torch.Tensor, size: int) -> torch.Tensor:
     """``out[i] = sum of weights[j] where index[j] == i``, shape ``(size,)``."""
-    if index.device.type == "cpu":  # bincount: about twice as fast as index_add_ here
+    if index.device.type == "cpu" and index.numel():  # bincount: about twice as fast as index_add_ here
         return torch.bincount(index, weights=weights, minlength=size)
     return weights.new_zeros(size).index_add_(0, index, weights)
 
