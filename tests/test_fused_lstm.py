@@ -212,3 +212,29 @@ def test_conv_max_pool_with_no_tokens():
     out.sum().backward()
     assert all(float(conv.weight.grad.abs().max()) == 0 for conv in encoder.convs)
     assert float(encoder.char_embedding.weight.grad.abs().max()) == 0
+
+
+def test_fused_softmax_float32_error_is_autograds():
+    """In float32 the fused loss (logits in base 2, ``exp2``) is as close to the float64 result as
+    plain float32 autograd, at logits of realistic size (up to about 25)."""
+    from spacy_elmo.pretrain import fused_softmax
+
+    torch.manual_seed(0)
+    x64, w64 = torch.randn(600, 64, dtype=torch.float64), 0.4 * torch.randn(3001, 64, dtype=torch.float64)
+    b64, targets = torch.randn(3001, dtype=torch.float64), torch.randint(0, 3001, (600,))
+
+    def run(dtype, fused):
+        x, w = x64.to(dtype, copy=True).requires_grad_(), w64.to(dtype, copy=True).requires_grad_()
+        if fused:
+            loss = fused_softmax.linear_nll(x, w, b64.to(dtype), targets, [600]).sum()
+        else:
+            loss = torch.nn.functional.cross_entropy(x @ w.t() + b64.to(dtype), targets, reduction="sum")
+        loss.backward()
+        return [t.double() for t in (loss.detach(), x.grad, w.grad)]
+
+    exact = run(torch.float64, False)
+    assert float((exact[0] - run(torch.float64, True)[0]).abs()) < 1e-9 * float(exact[0])
+    errors = {fused: [float((a - b).abs().max() / b.abs().max()) for a, b in zip(run(torch.float32, fused), exact)]
+              for fused in (False, True)}
+    for fused_error, plain_error in zip(errors[True], errors[False]):
+        assert fused_error <= 3 * plain_error + 1e-7

