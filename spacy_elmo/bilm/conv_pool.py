@@ -11,6 +11,13 @@ filter) is summed per character seen at offset ``k`` of its chosen window: a tab
 tokens' windows. The same sums as autograd's, grouped differently (``tests/test_fused_lstm.py``
 checks every gradient in float64). At the ``small`` shape the backward takes about a fifth of
 the convolution's time.
+
+On the CPU the convolutions themselves are computed as one product per filter group: the
+windows of every token unfolded into rows of ``E * w`` values, times the ``(E * w, F)`` filter
+matrix, into a ``(n, windows, F)`` map whose max over windows runs along a contiguous inner
+dimension. Timed alone at the ``en_cpu`` and ``small`` filter shapes (1,000 and 2,578 tokens of
+18-19 slots, one thread), the forward takes 1.35x and 1.9x less time than ``conv1d`` then ``amax``;
+with the window index that training keeps, 1.3x and 1.5x less than ``conv1d`` then ``max``.
 """
 from typing import List, Optional, Sequence, Tuple
 
@@ -27,12 +34,13 @@ class ConvMaxPool(torch.autograd.Function):
     @staticmethod
     def forward(ctx, char_ids: torch.Tensor, table: torch.Tensor, padding_idx: Optional[int],
                 *params: torch.Tensor) -> torch.Tensor:
-        emb = F.embedding(char_ids, table).transpose(1, 2)  # (n, E, chars)
+        emb = F.embedding(char_ids, table)  # (n, chars, E)
         pooled, picks = [], []
         for weight, bias in zip(params[0::2], params[1::2]):
-            values, index = F.conv1d(emb, weight, bias).max(dim=2)
+            features = _window_products(emb, weight, bias)
+            values = features.amax(dim=1)
             pooled.append(values)
-            picks.append(index)
+            picks.append(_a_max_window(features, values))
         ctx.padding_idx = padding_idx
         ctx.save_for_backward(char_ids, table, *params[0::2], *picks)
         return torch.cat(pooled, dim=1)
@@ -54,7 +62,7 @@ class ConvMaxPool(torch.autograd.Function):
             filter_ids = torch.arange(n_filters, device=grad.device)
             d_weight = weight.new_empty(width, n_filters, table.shape[1])
             for k in range(width):
-                chars = torch.gather(char_ids, 1, index + k)  # character at offset k of each chosen window
+                chars = torch.gather(char_ids, 1, index.long() + k)  # character at offset k of each chosen window
                 summed = _weighted_count((chars * n_filters + filter_ids).view(-1), flat_g, n_chars * n_filters)
                 summed = summed.view(n_chars, n_filters)
                 torch.mm(summed.t(), table, out=d_weight[k])
@@ -63,6 +71,25 @@ class ConvMaxPool(torch.autograd.Function):
         if ctx.padding_idx is not None:
             d_table[ctx.padding_idx] = 0
         return (None, d_table, None, *param_grads)
+
+
+def _window_products(emb: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``conv1d`` of ``emb`` ``(n, chars, E)`` with ``weight`` ``(F, E, w)`` and ``bias``, as
+    ``(n, windows, F)``: every window unfolded into a row of ``E * w`` values, one product."""
+    n, length, dim = emb.shape
+    n_filters, _, width = weight.shape
+    windows = emb.unfold(1, width, 1).reshape(-1, dim * width)  # rows of (E, w), as the weight
+    out = torch.addmm(bias, windows, weight.reshape(n_filters, dim * width).t())
+    return out.view(n, length - width + 1, n_filters)
+
+
+def _a_max_window(features: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """For each (token, filter) of ``features`` ``(n, windows, F)``, a window that holds its max
+    ``values`` ``(n, F)`` (the last one among ties), as uint8. Faster than ``max`` with indices
+    over a non-innermost dimension; windows tie when they see the same characters, so which of
+    them takes the gradient does not change it."""
+    steps = torch.arange(features.shape[1], dtype=torch.uint8, device=features.device).view(1, -1, 1)
+    return torch.eq(features, values.unsqueeze(1)).to(torch.uint8).mul_(steps).amax(dim=1)
 
 
 def _weighted_count(index: torch.Tensor, weights: torch.Tensor, size: int) -> torch.Tensor:
@@ -74,15 +101,19 @@ def _weighted_count(index: torch.Tensor, weights: torch.Tensor, size: int) -> to
 
 def conv_max_pool(char_ids: torch.Tensor, embedding: torch.nn.Embedding,
                   convs: Sequence[torch.nn.Conv1d]) -> torch.Tensor:
-    """Max-pooled CNN features ``(n, F)`` of ``char_ids`` (before the activation); under
-    autograd on the CPU through ``ConvMaxPool``. Elsewhere the plain modules: ``amax`` without
+    """Max-pooled CNN features ``(n, F)`` of ``char_ids`` (before the activation). On the CPU
+    through one product per filter group (``_window_products``), under autograd in
+    ``ConvMaxPool``. Elsewhere (GPUs, autocast) the plain modules: ``amax`` without
     autograd (fastest forward), ``max`` with indices under it, whose backward writes each
     gradient to one window (``amax``'s builds and divides a mask of tied windows; the parameter
     gradients are the same, since tied windows see the same characters)."""
     table = embedding.weight
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (table, *_params(convs)))
-    if needs_grad and table.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
-        return ConvMaxPool.apply(char_ids, table, embedding.padding_idx, *_params(convs))
+    if table.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+        if needs_grad:
+            return ConvMaxPool.apply(char_ids, table, embedding.padding_idx, *_params(convs))
+        emb = embedding(char_ids)
+        return torch.cat([_window_products(emb, conv.weight, conv.bias).amax(dim=1) for conv in convs], dim=1)
     emb = embedding(char_ids).transpose(1, 2)
     if needs_grad:
         return torch.cat([conv(emb).max(dim=2).values for conv in convs], dim=1)
