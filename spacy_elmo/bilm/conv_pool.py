@@ -89,7 +89,7 @@ def _a_max_window(features: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     over a non-innermost dimension; windows tie when they see the same characters, so which of
     them takes the gradient does not change it."""
     steps = torch.arange(features.shape[1], dtype=torch.uint8, device=features.device).view(1, -1, 1)
-    return torch.eq(features, values.unsqueeze(1)).to(torch.uint8).mul_(steps).amax(dim=1)
+    return torch.eq(features, values.unsqueeze(1)).view(torch.uint8).mul_(steps).amax(dim=1)
 
 
 def _weighted_count(index: torch.Tensor, weights: torch.Tensor, size: int) -> torch.Tensor:
