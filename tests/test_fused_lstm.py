@@ -238,3 +238,28 @@ def test_fused_softmax_float32_error_is_autograds():
               for fused in (False, True)}
     for fused_error, plain_error in zip(errors[True], errors[False]):
         assert fused_error <= 3 * plain_error + 1e-7
+
+
+def test_conv_max_pool_window_index_past_256_windows():
+    """Tokens with more than 256 windows (a long ``max_characters_per_token``): the window index
+    that training keeps does not wrap around, so the gradients still equal autograd's."""
+    from spacy_elmo.bilm import conv_pool
+
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(262, 4, padding_idx=0).double()
+    convs = [torch.nn.Conv1d(4, 3, 2).double()]
+    chars = torch.randint(1, 262, (2, 300))
+    chars[:, 280] = 7
+    with torch.no_grad():  # every filter's max lies in window 279 or 280, past 256
+        convs[0].weight.abs_()
+        embedding.weight[7] = 10.0
+    params = [embedding.weight, convs[0].weight, convs[0].bias]
+    fused = conv_pool.ConvMaxPool.apply(chars, embedding.weight, 0, *params[1:])
+    plain = convs[0](embedding(chars).transpose(1, 2)).amax(dim=2)
+    weights = torch.randn_like(plain)
+    got = torch.autograd.grad((fused * weights).sum(), params)
+    expected = torch.autograd.grad((plain * weights).sum(), params)
+    _assert_close(fused, plain, 1e-12)
+    assert bool((conv_pool._a_max_window(conv_pool._window_products(embedding(chars), *params[1:]), fused) >= 256).all())
+    for a, b in zip(got, expected):
+        _assert_close(a, b, 1e-10)

@@ -85,11 +85,14 @@ def _window_products(emb: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 def _a_max_window(features: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """For each (token, filter) of ``features`` ``(n, windows, F)``, a window that holds its max
-    ``values`` ``(n, F)`` (the last one among ties), as uint8. Faster than ``max`` with indices
-    over a non-innermost dimension; windows tie when they see the same characters, so which of
-    them takes the gradient does not change it."""
-    steps = torch.arange(features.shape[1], dtype=torch.uint8, device=features.device).view(1, -1, 1)
-    return torch.eq(features, values.unsqueeze(1)).view(torch.uint8).mul_(steps).amax(dim=1)
+    ``values`` ``(n, F)`` (the last one among ties), as uint8 (int32 past 256 windows). Faster
+    than ``max`` with indices over a non-innermost dimension; windows tie when they see the same
+    characters, so which of them takes the gradient does not change it."""
+    n_windows = features.shape[1]
+    ties = torch.eq(features, values.unsqueeze(1))
+    marks = ties.view(torch.uint8) if n_windows <= 256 else ties.to(torch.int32)
+    steps = torch.arange(n_windows, dtype=marks.dtype, device=features.device).view(1, -1, 1)
+    return marks.mul_(steps).amax(dim=1)
 
 
 def _weighted_count(index: torch.Tensor, weights: torch.Tensor, size: int) -> torch.Tensor:
