@@ -60,9 +60,9 @@ class LinearNLL(torch.autograd.Function):
                     torch.mm(xc, weight2, out=logits)
                 picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1)
                 top = logits.amax(dim=1, keepdim=True)
-                logits.sub_(top).exp2_()  # e = exp(z - top); softmax = e / total
+                logits.sub_(top).exp2_()  # e = 2^(log2(e) (z - max z)) = exp(z - max z); softmax = e / total
                 total = logits.sum(dim=1)
-                # -log p(t) = log(sum exp(z - top)) - (z_t - top)
+                # -log p(t) = log(sum e) - (z_t - max z), and z_t - max z = ln 2 (picked - top)
                 out[k] += (total.log() - (picked - top.squeeze(1)) * _LN2).sum()
                 if gx is not None:
                     # d(-log p_t)/dz = e / total - onehot(t): the 1 / total is applied to the
