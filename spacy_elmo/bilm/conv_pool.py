@@ -110,11 +110,11 @@ def conv_max_pool(char_ids: torch.Tensor, embedding: torch.nn.Embedding,
     autograd (fastest forward), ``max`` with indices under it, whose backward writes each
     gradient to one window (``amax``'s builds and divides a mask of tied windows; the parameter
     gradients are the same, since tied windows see the same characters)."""
-    table = embedding.weight
-    needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (table, *_params(convs)))
+    table, params = embedding.weight, _params(convs)
+    needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (table, *params))
     if table.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
         if needs_grad:
-            return ConvMaxPool.apply(char_ids, table, embedding.padding_idx, *_params(convs))
+            return ConvMaxPool.apply(char_ids, table, embedding.padding_idx, *params)
         emb = embedding(char_ids)
         return torch.cat([_window_products(emb, conv.weight, conv.bias).amax(dim=1) for conv in convs], dim=1)
     emb = embedding(char_ids).transpose(1, 2)
