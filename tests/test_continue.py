@@ -197,3 +197,50 @@ def test_perplexity_lang_tokenizes_raw_text_like_prepare(corpora, own_init):
     raw = perplexity(own_init, corpora / "de.txt", lang="de")
     assert raw == pytest.approx(perplexity(own_init, corpora / "de.npz"), rel=1e-6)
     assert raw != pytest.approx(perplexity(own_init, corpora / "de.txt"), rel=1e-6)  # English rules differ
+
+
+def grown_config(train: Path, init: Path, dim: int = 192, filters=None, **overrides):
+    cfg = config(train, init=str(init), **{"training.grow": True, **overrides})
+    cfg["model"]["lstm"]["dim"] = dim
+    cfg["model"]["char_cnn"]["filters"] = filters or [[1, 8], [2, 16], [3, 16], [4, 32], [5, 64], [7, 8]]
+    return validate_pretrain_config(cfg)
+
+
+def test_grow_widens_the_init_model_without_changing_what_it_computes(corpora, own_init, tmp_path):
+    logs = []
+    trainer = Trainer(grown_config(corpora / "en.npz", own_init), tmp_path / "run", log=logs.append)
+    init = ElmoBiLM.load(own_init)
+    assert any(line.startswith("Growing") and "lstm.dim (192 vs 128)" in line for line in logs)
+    grown = trainer.bilm
+    assert grown.config.cell_dim == 192 and grown.token_encoder.n_filters == 144
+    sentences = [["The", "grown", "model", "reads", "this", "."], ["Émoji", "😀", "x" * 70], ["a"]]
+    ids, lengths = init.char_ids(sentences), [len(s) for s in sentences]
+    with torch.no_grad():
+        expected = init.double()(ids, lengths)
+        got = grown.double()(ids, lengths)
+    assert got.shape == expected.shape and float((got - expected).abs().max()) < 1e-12
+    for name, value in init.softmax.state_dict().items():  # the init vocabulary and softmax are kept
+        assert same(grown.softmax.state_dict()[name].double(), value), name
+    grown.float()
+    before = {k: v.clone() for k, v in grown.state_dict().items()}
+    assert not before["lstm.layers.0.weight_proj"][:, 128:].any()
+    trainer.run()
+    after = trainer.bilm.state_dict()
+    # the zero blocks are where the new units are read: after two steps they read them
+    assert after["lstm.layers.0.weight_proj"][:, 128:].abs().min(dim=-1).values.gt(0).all()
+    assert after["token_encoder.projection.weight"][:, -8:].ne(0).all()
+    assert not torch.equal(after["lstm.layers.1.weight_ih"][:, :, 128:192], before["lstm.layers.1.weight_ih"][:, :, 128:192])
+
+
+def test_grow_errors(corpora, own_init, tmp_path):
+    with pytest.raises(ValueError, match=r"differs from the init model in .*lstm\.dim \(192 vs 128\).*grow = true"):
+        Trainer(grown_config(corpora / "en.npz", own_init, **{"training.grow": False}), tmp_path / "a", log=print)
+    with pytest.raises(ValueError, match=r"cannot grow from the init model: lstm\.dim \(96 vs 128: it can only grow\)"):
+        Trainer(grown_config(corpora / "en.npz", own_init, dim=96), tmp_path / "b", log=print)
+    with pytest.raises(ValueError, match=r"no group of width 5 with at least 64 filters"):
+        Trainer(grown_config(corpora / "en.npz", own_init, filters=[[1, 8], [2, 8], [3, 16], [4, 32], [5, 32]]),
+                tmp_path / "c", log=print)
+    cfg = grown_config(corpora / "en.npz", own_init)
+    cfg["model"]["lstm"]["projection_dim"] = 48
+    with pytest.raises(ValueError, match=r"cannot grow from the init model: lstm\.projection_dim \(48 vs 32\)"):
+        Trainer(cfg, tmp_path / "d", log=print)

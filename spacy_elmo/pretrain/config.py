@@ -10,7 +10,7 @@ naming it. The sections:
     [options.json, weights.hdf5]) or a published model name (see ``pretrain/init.py``).
 [model]: the biLM options in the options.json form ([model.lstm], [model.char_cnn]); with
     paths.init it may be left empty (the shapes come from the init model; a non-empty
-    [model] must agree with it).
+    [model] must agree with it, or with [training] grow = true be a wider shape of it).
 [vocab] size: output vocabulary size (top words by frequency, incl. <S>, </S>, <unk>);
     from_init (default true): with paths.init, keep the init model's vocabulary and softmax
     (words outside it become <unk>); false, or an init model without softmax (published
@@ -92,6 +92,8 @@ class TrainingSchema(_Section):
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="cuda needs a GPU")
     amp: Literal["none", "bf16", "fp16"] = Field("none", description="autocast (fp16 with loss scaling); the softmax stays float32")
+    grow: StrictBool = Field(False, description="with paths.init: a [model] with a larger lstm.dim or more char-CNN "
+                                                "filters widens the init model (see pretrain/grow.py)")
 
 
 class PretrainSchema(_Section):

@@ -8,8 +8,9 @@ The init model is one of:
   ``[options.json, weights.hdf5]``;
 - the name of a published model (``spacy_elmo.published``), downloaded once into the cache.
 
-What is kept: the biLM's shapes always come from the init model (a config whose [model] is
-not empty must agree with it). With ``[vocab] from_init = true`` (the default) and an init
+What is kept: the biLM's shapes come from the init model (a config whose [model] is not empty
+must agree with it), unless ``[training] grow = true``: then [model] may be wider (more LSTM
+cells, more char-CNN filters) and the init model is grown into it (``pretrain/grow.py``). With ``[vocab] from_init = true`` (the default) and an init
 model that has a softmax, its vocabulary and softmax are kept, and words of the new corpus
 outside that vocabulary become ``<unk>``. Otherwise (published weights carry no softmax, or
 ``from_init = false``) a fresh softmax ([softmax]) is trained over the top ``[vocab] size``
@@ -93,17 +94,29 @@ def _allennlp(options: Path, weights: Path) -> InitModel:
 
 def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], None] = print) -> bool:
     """Fill ``config`` from the init model, in place: [model] (an empty [model] is taken from
-    init; a non-empty one must agree) and, when the softmax is kept, [softmax] and [vocab]
-    size. Returns whether the init model's vocabulary and softmax are kept."""
+    init; a non-empty one must agree, or with ``[training] grow`` be a wider shape of it) and,
+    when the softmax is kept, [softmax] and [vocab] size. Returns whether the init model's
+    vocabulary and softmax are kept."""
+    from .grow import growth_problems
+
     options = init.bilm.options
     if config.get("model"):
         given = validate_options(config["model"], source="pretrain config [model]")
         diff = _differences(given, options)
-        if diff:
+        if diff and not config["training"].get("grow"):
             raise ValueError(
                 f"paths.init {init.source}: the config's [model] differs from the init model in {', '.join(diff)}; "
-                "the shapes come from the init model: make [model] match it or leave [model] empty"
+                "the shapes come from the init model: make [model] match it, leave [model] empty, or set "
+                "[training] grow = true to widen the init model (lstm.dim, char_cnn.filters)"
             )
+        problems = growth_problems(options, given) if diff else []
+        if problems:
+            raise ValueError(f"paths.init {init.source}: [training] grow: the config's [model] cannot grow from the "
+                             f"init model: {'; '.join(problems)}")
+        if diff:
+            log(f"Growing {init.source} to the config's [model] ({', '.join(diff)}; config vs init): "
+                "it starts out computing the init model's layers")
+            options = given
     config["model"] = options
     keep = bool(config["vocab"].get("from_init", True)) and init.vocab is not None
     if keep:
@@ -121,7 +134,13 @@ def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], 
 
 
 def load_init_weights(bilm: ElmoBiLM, init: InitModel, keep_softmax: bool) -> None:
-    """Copy the init model's weights into ``bilm`` (the softmax too when it is kept)."""
+    """Copy the init model's weights into ``bilm`` (the softmax too when it is kept); a wider
+    ``bilm`` (``[training] grow``) is grown from them."""
+    if _differences(init.bilm.options, bilm.options):
+        from .grow import grow_weights
+
+        grow_weights(bilm, init.bilm, keep_softmax)
+        return
     state = {k: v for k, v in init.bilm.state_dict().items() if keep_softmax or not k.startswith("softmax.")}
     missing, unexpected = bilm.load_state_dict(state, strict=False)
     missing = [k for k in missing if keep_softmax or not k.startswith("softmax.")]

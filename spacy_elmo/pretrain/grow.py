@@ -1,0 +1,108 @@
+"""Growing the init model (``[training] grow = true``): continued pretraining of a wider biLM
+that starts out computing exactly what the init model computes.
+
+Two sizes can grow, everything else must match the init model:
+
+- ``lstm.dim``: each LSTM layer gets more memory cells. The old cells keep their gate weights
+  and biases; the new cells get fresh gate weights (the forget bias of 1) and zero rows in the
+  output projection, so at the start they add nothing to the projected state.
+- ``char_cnn.filters``: more filters of a width already there (``[4, 128]`` to ``[4, 256]``)
+  or groups of new widths. Each old group keeps its filters at the front of the first
+  unused group of the same width. The highway layers' old outputs get zero weights from the
+  new filters, and the token projection gets zero columns for them.
+
+The zero blocks sit where the new units' outputs are read, never where the new units read their
+input, so their gradients are not zero: the projections learn to read the new units on the
+first step and the new units' own weights learn from the next one. Function-preserving
+widening is the idea of Net2Net (Chen et al. 2016), here with zeros rather than copies.
+"""
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+
+from ..bilm import ElmoBiLM
+
+GROWABLE = ("lstm.dim", "char_cnn.filters")
+
+
+def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
+    """For each old CNN feature (in the concatenated order of ``old``'s groups), its position
+    among the features of ``new``. Raises ValueError when an old group has no place."""
+    starts, offset = [], 0
+    for _, count in new:
+        starts.append(offset)
+        offset += int(count)
+    used = set()
+    positions: List[int] = []
+    for width, count in old:
+        place = next((j for j, (w, n) in enumerate(new) if j not in used and int(w) == int(width) and int(n) >= int(count)), None)
+        if place is None:
+            raise ValueError(
+                f"[model.char_cnn] filters {list(map(list, new))} cannot grow from the init model's "
+                f"{list(map(list, old))}: no group of width {width} with at least {count} filters is left for its group"
+            )
+        used.add(place)
+        positions.extend(range(starts[place], starts[place] + int(count)))
+    return positions
+
+
+def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """The differences between two options dicts that growing cannot bridge (empty: it can),
+    each as ``name (new vs old)``."""
+    from .init import _differences
+
+    problems = [d for d in _differences(new, old) if not d.startswith(GROWABLE)]
+    if new["lstm"]["dim"] < old["lstm"]["dim"]:
+        problems.append(f"lstm.dim ({new['lstm']['dim']} vs {old['lstm']['dim']}: it can only grow)")
+    try:
+        filter_positions(old["char_cnn"]["filters"], new["char_cnn"]["filters"])
+    except ValueError as err:
+        problems.append(str(err))
+    return problems
+
+
+def _grown(old: torch.Tensor, new: torch.Tensor, index: Tuple[Any, ...], zero: Tuple[Any, ...] = ()) -> None:
+    """In ``new``: the old values at ``index``, zeros at ``zero`` (the rest keeps its fresh init)."""
+    if zero:
+        new[zero] = 0
+    new[index] = old.to(new.dtype)
+
+
+@torch.no_grad()
+def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
+    """Copy ``old``'s weights into the wider, freshly initialised ``new`` (see the module
+    docstring); ``new`` then computes ``old``'s layers (and, with ``keep_softmax``, its loss)."""
+    problems = growth_problems(old.options, new.options)
+    if problems:
+        raise ValueError("[training] grow: the model cannot grow from the init model: " + "; ".join(problems))
+    o, n = old.token_encoder, new.token_encoder
+    n.char_embedding.weight.copy_(o.char_embedding.weight)
+    positions = filter_positions(old.config.filters, new.config.filters)
+    kept = torch.tensor(positions)
+    added = torch.ones(n.n_filters, dtype=torch.bool)
+    added[kept] = False
+    added = added.nonzero()[:, 0]
+    starts = torch.tensor([0] + [conv.out_channels for conv in n.convs]).cumsum(0).tolist()
+    offset = 0
+    for conv in o.convs:  # each old group sits at the front of its new group
+        group = n.convs[starts.index(positions[offset])]
+        group.weight[: conv.out_channels] = conv.weight
+        group.bias[: conv.out_channels] = conv.bias
+        offset += conv.out_channels
+    for o_highway, n_highway in zip(o.highways, n.highways):
+        for o_lin, n_lin in ((o_highway.transform, n_highway.transform), (o_highway.gate, n_highway.gate)):
+            _grown(o_lin.weight, n_lin.weight, (kept[:, None], kept[None, :]), (kept[:, None], added[None, :]))
+            n_lin.bias[kept] = o_lin.bias
+    _grown(o.projection.weight, n.projection.weight, (slice(None), kept), (slice(None), added))
+    n.projection.bias.copy_(o.projection.bias)
+
+    for o_layer, n_layer in zip(old.lstm.layers, new.lstm.layers):
+        C, C_new = o_layer.cell_dim, n_layer.cell_dim
+        gates = torch.cat([torch.arange(C) + block * C_new for block in range(4)])
+        for name in ("weight_ih", "weight_hh", "bias"):
+            getattr(n_layer, name)[..., gates] = getattr(o_layer, name)
+        _grown(o_layer.weight_proj, n_layer.weight_proj, (slice(None), slice(0, C)), (slice(None), slice(C, None)))
+    if keep_softmax:
+        if old.softmax is None or new.softmax is None:
+            raise ValueError("[training] grow: the init model's softmax is kept but one of the models has none")
+        new.softmax.load_state_dict(old.softmax.state_dict())
