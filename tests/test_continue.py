@@ -230,6 +230,11 @@ def test_grow_widens_the_init_model_without_changing_what_it_computes(corpora, o
     assert after["lstm.layers.0.weight_proj"][:, 128:].abs().min(dim=-1).values.gt(0).all()
     assert after["token_encoder.projection.weight"][:, -8:].ne(0).all()
     assert not torch.equal(after["lstm.layers.1.weight_ih"][:, :, 128:192], before["lstm.layers.1.weight_ih"][:, :, 128:192])
+    logs.clear()  # the same command with a later max_steps resumes the grown run from its checkpoint
+    resumed = Trainer(grown_config(corpora / "en.npz", own_init, **{"training.max_steps": 3}), tmp_path / "run",
+                      log=logs.append)
+    assert resumed.run()["step"] == 3 and "Resumed from" in "\n".join(logs)
+    assert ElmoBiLM.load(tmp_path / "run").config.cell_dim == 192
 
 
 def test_grow_errors(corpora, own_init, tmp_path):
