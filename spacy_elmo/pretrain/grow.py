@@ -37,10 +37,8 @@ def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]])
     for width, count in old:
         place = next((j for j, (w, n) in enumerate(new) if j not in used and int(w) == int(width) and int(n) >= int(count)), None)
         if place is None:
-            raise ValueError(
-                f"[model.char_cnn] filters {list(map(list, new))} cannot grow from the init model's "
-                f"{list(map(list, old))}: no group of width {width} with at least {count} filters is left for its group"
-            )
+            raise ValueError(f"char_cnn.filters: no group of width {width} with at least {count} filters "
+                             f"is left for the init model's group [{width}, {count}]")
         used.add(place)
         positions.extend(range(starts[place], starts[place] + int(count)))
     return positions
