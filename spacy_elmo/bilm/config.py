@@ -233,3 +233,25 @@ def _check_softmax(value: Any, where: str) -> Dict[str, Any]:
     if not isinstance(value, Mapping) or value.get("type", "full") not in SOFTMAX_TYPES:
         raise OptionsError(f"{where} must be an object with 'type' one of {SOFTMAX_TYPES}, got {value!r}")
     return copy.deepcopy(dict(value))
+
+
+def option_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> List[str]:
+    """The fields in which two options dicts differ, each as ``name (a's value vs b's)``
+    (``n_characters`` is not compared: 261 and 262 load the same)."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        name = f"{prefix}{key}"
+        if key == "n_characters":  # 261 in training files, 262 after; both load the same
+            continue
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out.extend(option_differences(x, y, name + "."))
+        elif _plain(x) != _plain(y):
+            out.append(f"{name} ({x!r} vs {y!r})")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

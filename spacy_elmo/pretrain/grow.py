@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 
 from ..bilm import ElmoBiLM
+from ..bilm.config import option_differences
 
 GROWABLE = ("lstm.dim", "char_cnn.filters")
 
@@ -47,9 +48,7 @@ def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]])
 def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     """The differences between two options dicts that growing cannot bridge (empty: it can),
     each as ``name (new vs old)``."""
-    from .init import _differences
-
-    problems = [d for d in _differences(new, old) if not d.startswith(GROWABLE)]
+    problems = [d for d in option_differences(new, old) if not d.startswith(GROWABLE)]
     if new["lstm"]["dim"] < old["lstm"]["dim"]:
         problems.append(f"lstm.dim ({new['lstm']['dim']} vs {old['lstm']['dim']}: it can only grow)")
     try:

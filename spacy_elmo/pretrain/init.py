@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from ..bilm import ElmoBiLM
-from ..bilm.config import validate_options
+from ..bilm.config import option_differences, validate_options
+from .grow import grow_weights, growth_problems
 
 InitPath = Union[str, Path, Sequence[Union[str, Path]]]
 
@@ -97,12 +98,10 @@ def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], 
     init; a non-empty one must agree, or with ``[training] grow`` be a wider shape of it) and,
     when the softmax is kept, [softmax] and [vocab] size. Returns whether the init model's
     vocabulary and softmax are kept."""
-    from .grow import growth_problems
-
     options = init.bilm.options
     if config.get("model"):
         given = validate_options(config["model"], source="pretrain config [model]")
-        diff = _differences(given, options)
+        diff = option_differences(given, options)
         if diff and not config["training"].get("grow"):
             raise ValueError(
                 f"paths.init {init.source}: the config's [model] differs from the init model in {', '.join(diff)}; "
@@ -136,9 +135,7 @@ def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], 
 def load_init_weights(bilm: ElmoBiLM, init: InitModel, keep_softmax: bool) -> None:
     """Copy the init model's weights into ``bilm`` (the softmax too when it is kept); a wider
     ``bilm`` (``[training] grow``) is grown from them."""
-    if _differences(init.bilm.options, bilm.options):
-        from .grow import grow_weights
-
+    if option_differences(init.bilm.options, bilm.options):
         grow_weights(bilm, init.bilm, keep_softmax)
         return
     state = {k: v for k, v in init.bilm.state_dict().items() if keep_softmax or not k.startswith("softmax.")}
@@ -147,22 +144,3 @@ def load_init_weights(bilm: ElmoBiLM, init: InitModel, keep_softmax: bool) -> No
     if missing or unexpected:
         raise ValueError(f"paths.init {init.source}: weights do not fit (missing {missing}, unexpected {unexpected})")
 
-
-def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List[str]:
-    out = []
-    for key in sorted(set(a) | set(b)):
-        name = f"{prefix}{key}"
-        if key == "n_characters":  # 261 in training files, 262 after; both load the same
-            continue
-        x, y = a.get(key), b.get(key)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out.extend(_differences(x, y, name + "."))
-        elif _plain(x) != _plain(y):
-            out.append(f"{name} ({x!r} vs {y!r})")
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
