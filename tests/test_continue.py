@@ -1,4 +1,5 @@
 """Continued pretraining (paths.init in both formats, [vocab] from_init) and prepare --lang."""
+import copy
 import hashlib
 import shutil
 from pathlib import Path
@@ -249,3 +250,22 @@ def test_grow_errors(corpora, own_init, tmp_path):
     cfg["model"]["lstm"]["projection_dim"] = 48
     with pytest.raises(ValueError, match=r"cannot grow from the init model: lstm\.projection_dim \(48 vs 32\)"):
         Trainer(cfg, tmp_path / "d", log=print)
+
+
+def test_grow_published_weights_with_a_fresh_softmax(corpora, tiny_dir, tiny_bilm, tmp_path):
+    cfg = config(corpora / "en.npz", init=str(tiny_dir / "weights.hdf5"), **{"training.grow": True, "vocab.size": 300})
+    cfg["model"] = tiny_bilm.options
+    cfg["model"]["lstm"]["dim"] += 32
+    cfg["model"]["char_cnn"]["filters"] = [*cfg["model"]["char_cnn"]["filters"], [6, 8]]
+    logs = []
+    trainer = Trainer(validate_pretrain_config(cfg), tmp_path / "run", log=logs.append)
+    assert any(line.startswith("Growing") for line in logs) and any("a fresh softmax" in line for line in logs)
+    sentences = [["A", "tiny", "published", "model", ",", "grown", "."], ["ünïcode", "🙂"]]
+    ids, lengths = tiny_bilm.char_ids(sentences), [len(s) for s in sentences]
+    with torch.no_grad():
+        expected = copy.deepcopy(tiny_bilm).double()(ids, lengths)
+        got = trainer.bilm.double()(ids, lengths)
+    assert float((got - expected).abs().max()) < 1e-12
+    assert trainer.bilm.vocab_size == len(trainer.vocab) <= 300
+    trainer.bilm.float()
+    assert trainer.run()["step"] == 2
