@@ -26,23 +26,28 @@ from ..bilm.config import option_differences
 GROWABLE = ("lstm.dim", "char_cnn.filters")
 
 
-def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
-    """For each old CNN feature (in the concatenated order of ``old``'s groups), its position
-    among the features of ``new``. Raises ValueError when an old group has no place."""
-    starts, offset = [], 0
-    for _, count in new:
-        starts.append(offset)
-        offset += int(count)
-    used = set()
-    positions: List[int] = []
+def matching_groups(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
+    """For each ``[width, count]`` group of ``old``, the index of the group of ``new`` that takes
+    its filters (at its front): the first unused one of that width with at least ``count``.
+    Raises ValueError when an old group has none."""
+    taken: List[int] = []
     for width, count in old:
-        place = next((j for j, (w, n) in enumerate(new) if j not in used and int(w) == int(width) and int(n) >= int(count)), None)
+        place = next((j for j, (w, n) in enumerate(new)
+                      if j not in taken and int(w) == int(width) and int(n) >= int(count)), None)
         if place is None:
             raise ValueError(f"char_cnn.filters: no group of width {width} with at least {count} filters "
                              f"is left for the init model's group [{width}, {count}]")
-        used.add(place)
-        positions.extend(range(starts[place], starts[place] + int(count)))
-    return positions
+        taken.append(place)
+    return taken
+
+
+def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
+    """For each old CNN feature (in the concatenated order of ``old``'s groups), its position
+    among the features of ``new``."""
+    starts = [0]
+    for _, count in new:
+        starts.append(starts[-1] + int(count))
+    return [starts[j] + k for (_, count), j in zip(old, matching_groups(old, new)) for k in range(int(count))]
 
 
 def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
@@ -52,7 +57,7 @@ def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     if new["lstm"]["dim"] < old["lstm"]["dim"]:
         problems.append(f"lstm.dim ({new['lstm']['dim']} vs {old['lstm']['dim']}: it can only grow)")
     try:
-        filter_positions(old["char_cnn"]["filters"], new["char_cnn"]["filters"])
+        matching_groups(old["char_cnn"]["filters"], new["char_cnn"]["filters"])
     except ValueError as err:
         problems.append(str(err))
     return problems
@@ -74,18 +79,13 @@ def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
         raise ValueError("[training] grow: the model cannot grow from the init model: " + "; ".join(problems))
     o, n = old.token_encoder, new.token_encoder
     n.char_embedding.weight.copy_(o.char_embedding.weight)
-    positions = filter_positions(old.config.filters, new.config.filters)
-    kept = torch.tensor(positions)
+    kept = torch.tensor(filter_positions(old.config.filters, new.config.filters))
     added = torch.ones(n.n_filters, dtype=torch.bool)
     added[kept] = False
     added = added.nonzero()[:, 0]
-    starts = torch.tensor([0] + [conv.out_channels for conv in n.convs]).cumsum(0).tolist()
-    offset = 0
-    for conv in o.convs:  # each old group sits at the front of its new group
-        group = n.convs[starts.index(positions[offset])]
-        group.weight[: conv.out_channels] = conv.weight
-        group.bias[: conv.out_channels] = conv.bias
-        offset += conv.out_channels
+    for conv, place in zip(o.convs, matching_groups(old.config.filters, new.config.filters)):
+        n.convs[place].weight[: conv.out_channels] = conv.weight  # each old group at the front of its new one
+        n.convs[place].bias[: conv.out_channels] = conv.bias
     for o_highway, n_highway in zip(o.highways, n.highways):
         for o_lin, n_lin in ((o_highway.transform, n_highway.transform), (o_highway.gate, n_highway.gate)):
             _grown(o_lin.weight, n_lin.weight, (kept[:, None], kept[None, :]), (kept[:, None], added[None, :]))

@@ -10,9 +10,10 @@ The init model is one of:
 
 What is kept: the biLM's shapes come from the init model (a config whose [model] is not empty
 must agree with it), unless ``[training] grow = true``: then [model] may be wider (more LSTM
-cells, more char-CNN filters) and the init model is grown into it (``pretrain/grow.py``). With ``[vocab] from_init = true`` (the default) and an init
-model that has a softmax, its vocabulary and softmax are kept, and words of the new corpus
-outside that vocabulary become ``<unk>``. Otherwise (published weights carry no softmax, or
+cells, more char-CNN filters) and the init model is grown into it (``pretrain/grow.py``).
+With ``[vocab] from_init = true`` (the default) and an init model that has a softmax, its
+vocabulary and softmax are kept, and words of the new corpus outside that vocabulary become
+``<unk>``. Otherwise (published weights carry no softmax, or
 ``from_init = false``) a fresh softmax ([softmax]) is trained over the top ``[vocab] size``
 words of the new corpus, on top of the init model's character layer and LSTMs.
 """
