@@ -16,6 +16,7 @@ input, so their gradients are not zero: the projections learn to read the new un
 first step and the new units' own weights learn from the next one. Function-preserving
 widening is the idea of Net2Net (Chen et al. 2016), here with zeros rather than copies.
 """
+import itertools
 from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
@@ -39,15 +40,6 @@ def matching_groups(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) 
                              f"is left for the init model's group [{width}, {count}]")
         taken.append(place)
     return taken
-
-
-def filter_positions(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
-    """For each old CNN feature (in the concatenated order of ``old``'s groups), its position
-    among the features of ``new``."""
-    starts = [0]
-    for _, count in new:
-        starts.append(starts[-1] + int(count))
-    return [starts[j] + k for (_, count), j in zip(old, matching_groups(old, new)) for k in range(int(count))]
 
 
 def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
@@ -79,13 +71,16 @@ def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
         raise ValueError("[training] grow: the model cannot grow from the init model: " + "; ".join(problems))
     o, n = old.token_encoder, new.token_encoder
     n.char_embedding.weight.copy_(o.char_embedding.weight)
-    kept = torch.tensor(filter_positions(old.config.filters, new.config.filters))
-    added = torch.ones(n.n_filters, dtype=torch.bool)
-    added[kept] = False
-    added = added.nonzero()[:, 0]
+    starts = [0, *itertools.accumulate(conv.out_channels for conv in n.convs)]  # of each new group's features
+    kept_parts = []  # the positions of the old features among the new ones
     for conv, place in zip(o.convs, matching_groups(old.config.filters, new.config.filters)):
         n.convs[place].weight[: conv.out_channels] = conv.weight  # each old group at the front of its new one
         n.convs[place].bias[: conv.out_channels] = conv.bias
+        kept_parts.append(torch.arange(starts[place], starts[place] + conv.out_channels))
+    kept = torch.cat(kept_parts)
+    added = torch.ones(n.n_filters, dtype=torch.bool)
+    added[kept] = False
+    added = added.nonzero()[:, 0]
     for o_highway, n_highway in zip(o.highways, n.highways):
         for o_lin, n_lin in ((o_highway.transform, n_highway.transform), (o_highway.gate, n_highway.gate)):
             _grown(o_lin.weight, n_lin.weight, (kept[:, None], kept[None, :]), (kept[:, None], added[None, :]))

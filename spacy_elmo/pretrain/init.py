@@ -13,9 +13,9 @@ must agree with it), unless ``[training] grow = true``: then [model] may be wide
 cells, more char-CNN filters) and the init model is grown into it (``pretrain/grow.py``).
 With ``[vocab] from_init = true`` (the default) and an init model that has a softmax, its
 vocabulary and softmax are kept, and words of the new corpus outside that vocabulary become
-``<unk>``. Otherwise (published weights carry no softmax, or
-``from_init = false``) a fresh softmax ([softmax]) is trained over the top ``[vocab] size``
-words of the new corpus, on top of the init model's character layer and LSTMs.
+``<unk>``. Otherwise (published weights carry no softmax, or ``from_init = false``) a fresh
+softmax ([softmax]) is trained over the top ``[vocab] size`` words of the new corpus, on top of
+the init model's character layer and LSTMs.
 """
 from dataclasses import dataclass
 from pathlib import Path
