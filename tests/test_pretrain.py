@@ -86,10 +86,11 @@ class StopAt(Trainer):
         return result
 
 
-def test_resume_equals_uninterrupted(wikitext_slice, tmp_path, device):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_resume_equals_uninterrupted(wikitext_slice, tmp_path, device, ema_decay):
     cfg = tiny_config(wikitext_slice, **{"training.max_steps": 20, "training.checkpoint_every": 1000,
                                          "training.eval_every": 1000, "training.dropout": 0.1,
-                                         "training.device": device.type})
+                                         "training.device": device.type, "training.ema_decay": ema_decay})
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     Trainer(cfg, tmp_path / "straight", log=lambda s: None).run()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handlers restored
@@ -103,6 +104,53 @@ def test_resume_equals_uninterrupted(wikitext_slice, tmp_path, device):
     atol = 1e-6 if device.type == "cpu" else 1e-5
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=atol)
+    a, b = (torch.load(tmp_path / run / "checkpoint.pt", weights_only=False)["ema"] for run in ("straight", "resumed"))
+    assert (a is None) == (b is None) == (ema_decay == 0)
+    if a is not None:
+        assert int(a["n_averaged"]) == int(b["n_averaged"]) == 20
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=atol)
+
+
+class Recorded(Trainer):
+    """Keeps a float64 copy of the trained weights after every step."""
+
+    def train_step(self, sentences):
+        result = super().train_step(sentences)
+        self.history.append({k: v.detach().double().clone() for k, v in self.bilm.named_parameters()})
+        return result
+
+
+def test_moving_average_of_the_weights(wikitext_slice, tmp_path):
+    """``ema_decay``: after every step e = decay * e + (1 - decay) * w, starting from the weights
+    after the first step (here the first after resuming a checkpoint that had no average); the
+    model files and the held-out perplexity use e, and the trained weights' perplexity is
+    logged beside it."""
+    out = tmp_path / "run"
+    cfg = {"training.max_steps": 3, "training.eval_every": 4, "training.checkpoint_every": 1000, "training.dropout": 0.1}
+    Trainer(tiny_config(wikitext_slice, **cfg), out, log=lambda s: None).run()
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["ema"] is None
+    lines = []
+    trainer = Recorded(tiny_config(wikitext_slice, **{**cfg, "training.max_steps": 8, "training.ema_decay": 0.75}),
+                       out, log=lines.append)
+    trainer.history = []
+    trainer.run()
+    assert any("no moving average of the weights" in line for line in lines)
+    expected = dict(trainer.history[0])
+    for weights in trainer.history[1:]:
+        expected = {k: 0.75 * expected[k] + 0.25 * weights[k] for k in expected}
+    saved = ElmoBiLM.load(out).state_dict()
+    trained = dict(trainer.bilm.named_parameters())
+    for name, value in expected.items():
+        torch.testing.assert_close(saved[name].double(), value, rtol=0, atol=1e-6)
+        assert not torch.allclose(trained[name].double(), value, atol=1e-6), name  # the average is not the last step
+    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "dev_ppl" in line]
+    assert [r["step"] for r in evals] == [3, 4, 8]  # the first run's last step, then this run's
+    assert "dev_ppl_trained" not in evals[0]
+    evals = evals[1:]
+    assert evals[0]["dev_ppl"] == evals[0]["dev_ppl_trained"]  # step 4: the average has seen one step
+    assert evals[1]["dev_ppl"] != evals[1]["dev_ppl_trained"]
+    assert any("moving average of the weights;" in line and "without" in line for line in lines)
 
 
 def test_sigterm_saves_and_resumes(wikitext_slice, tmp_path, device):

@@ -58,7 +58,7 @@ def model(data, tmp_path_factory):
 @pytest.mark.parametrize("setting,value", [("training.eval_sentences", "-1"), ("training.grad_clip", "-1"),
                                            ("training.final_lr_ratio", "-2"), ("model.lstm.dimm", "3"),
                                            ("softmax.cutof", "[3]"), ("vocab.sise", "3"), ("paths.trian", "x"),
-                                           ("training.lr", "1e6")])
+                                           ("training.lr", "1e6"), ("training.ema_decay", "1")])
 def test_bad_settings_are_errors_naming_them(data, tmp_path, setting, value):
     code, output = pretrain(data, tmp_path / "out", f"--{setting}", value)
     assert code == 1 and setting.split(".")[-1] in one_error_line(output)

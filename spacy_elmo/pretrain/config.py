@@ -92,6 +92,9 @@ class TrainingSchema(_Section):
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="cuda needs a GPU")
     amp: Literal["none", "bf16", "fp16"] = Field("none", description="autocast (fp16 with loss scaling); the softmax stays float32")
+    ema_decay: float = Field(0.0, ge=0, lt=1, description="0: off; else the model files and the held-out "
+                             "perplexity use an exponential moving average of the weights, updated after every "
+                             "step with this decay (0.999 averages over about the last 1,000 steps)")
     grow: StrictBool = Field(False, description="with paths.init: a [model] with a larger lstm.dim or more char-CNN "
                                                 "filters widens the init model (see pretrain/grow.py)")
 

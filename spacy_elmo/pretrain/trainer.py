@@ -21,6 +21,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ..bilm import ElmoBiLM
 from .batches import cut_sentences, make_batch
@@ -105,6 +106,10 @@ class Trainer:
         if self.world > 1:
             self.module = nn.parallel.DistributedDataParallel(self.loss, find_unused_parameters=True)
         self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]))
+        # [training] ema_decay: a moving average of the weights (torch's AveragedModel), updated
+        # after every step; the optimizer trains the raw weights, the model files hold the average
+        decay = float(self.training["ema_decay"])
+        self.ema = AveragedModel(self.bilm, multi_avg_fn=get_ema_multi_avg_fn(decay)) if decay > 0 else None
         # fp16 autocast needs loss scaling (gradients underflow otherwise); a no-op elsewhere.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.training["amp"] == "fp16")
         self.step = 0
@@ -118,6 +123,7 @@ class Trainer:
             "model": self.bilm.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "step": self.step, "epoch": self.epoch, "batch_index": self.batch_index,
             "tokens_seen": self.tokens_seen,
             "rng": rng_states(),
@@ -143,13 +149,24 @@ class Trainer:
             raise ValueError(f"{path}: the checkpoint does not fit this model: {str(err).splitlines()[0]}") from None
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None and state.get("ema") is not None:
+            try:
+                self.ema.load_state_dict(state["ema"])
+            except (RuntimeError, ValueError, KeyError) as err:
+                raise ValueError(f"{path}: the checkpoint's weight average does not fit this model: "
+                                 f"{str(err).splitlines()[0]}") from None
+        elif self.ema is not None:
+            self.log("The checkpoint has no moving average of the weights: it starts from the resumed weights")
+        elif state.get("ema") is not None:
+            self.log("training.ema_decay is 0: the checkpoint's moving average of the weights is dropped, "
+                     "the model files now hold the trained weights")
         self.step = state["step"]
         self.stream.seek(state["epoch"], state["batch_index"])
         self.tokens_seen = state["tokens_seen"]
         set_rng_states(state["rng"])
         if self.rank == 0:
             # the model files and metrics as of the checkpoint (a killed run may have got past it)
-            self.bilm.write_files(self.output_dir, vocab=self.vocab)
+            self.kept.write_files(self.output_dir, vocab=self.vocab)
             truncate_metrics(self.output_dir, self.step)
         self.log(f"Resumed from {path} at step {self.step}")
         return True
@@ -162,8 +179,16 @@ class Trainer:
             raise TrainingDiverged(f"the weights are not finite at step {self.step}: the run diverged; "
                                    f"{self._kept()} (lower training.lr or raise warmup_steps)")
         # model files first, then the checkpoint: a resume rewrites the model files from it
-        self.bilm.write_files(self.output_dir, vocab=self.vocab)
+        self.kept.write_files(self.output_dir, vocab=self.vocab)
         save_checkpoint(self.state(), self.output_dir / CHECKPOINT)
+
+    @property
+    def kept(self) -> ElmoBiLM:
+        """The weights that the model files hold and the held-out perplexity measures: the
+        moving average once it has one step (``ema_decay`` > 0), else the trained weights."""
+        if self.ema is not None and int(self.ema.n_averaged) > 0:
+            return self.ema.module
+        return self.bilm
 
     def _kept(self) -> str:
         path = self.output_dir / CHECKPOINT
@@ -225,6 +250,8 @@ class Trainer:
         self.scaler.step(self.optimizer)  # skipped when an fp16 gradient overflowed
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update_parameters(self.bilm)
         self.step += 1
         return float(total.detach()), n_global
 
@@ -263,10 +290,15 @@ class Trainer:
                              f"{rate:,.0f} tokens/s  lr {record['lr']:.2e}  ETA {eta / 60:.1f} min")
                 window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
             if self.dev is not None and (self.step % int(self.training["eval_every"]) == 0 or self.step == max_steps):
-                dev_ppl = evaluate(self.bilm, self.dev, dev_targets, int(self.training["eval_sentences"]), device=self.device)
-                self._metrics({"step": self.step, "dev_ppl": dev_ppl})
+                n_eval = int(self.training["eval_sentences"])
+                dev_ppl = evaluate(self.kept, self.dev, dev_targets, n_eval, device=self.device)
+                record, note = {"step": self.step, "dev_ppl": dev_ppl}, ""
+                if self.kept is not self.bilm:  # also the trained weights, to see what the average gives
+                    record["dev_ppl_trained"] = evaluate(self.bilm, self.dev, dev_targets, n_eval, device=self.device)
+                    note = f" (moving average of the weights; {record['dev_ppl_trained']:.1f} without)"
+                self._metrics(record)
                 if self.rank == 0:
-                    self.log(f"step {self.step}: held-out perplexity {dev_ppl:.1f}")
+                    self.log(f"step {self.step}: held-out perplexity {dev_ppl:.1f}{note}")
             if self.step % int(self.training["checkpoint_every"]) == 0:
                 self.save()
         self.save()
