@@ -1,10 +1,11 @@
 """The pretraining loop: Adam with linear warm-up and decay, gradient clipping,
 progress lines, periodic held-out perplexity, checkpoints, exact resume,
-save-on-signal, and DistributedDataParallel under torchrun.
+save-on-signal, an optional moving average of the weights, and
+DistributedDataParallel under torchrun.
 
 Output directory layout: the model in the project's own format (config.json,
 model.safetensors, vocab.txt: ``ElmoBiLM.load(output_dir)`` works, rewritten at
-every checkpoint), ``checkpoint.pt`` (everything a resume needs) and
+every checkpoint; with ``ema_decay`` the moving average of the weights), ``checkpoint.pt`` (everything a resume needs) and
 ``metrics.jsonl`` (one line per log or evaluation).
 
 The parts live beside it: the loss and evaluation (``loss``), checkpoints
@@ -153,7 +154,7 @@ class Trainer:
             try:
                 self.ema.load_state_dict(state["ema"])
             except (RuntimeError, ValueError, KeyError) as err:
-                raise ValueError(f"{path}: the checkpoint's weight average does not fit this model: "
+                raise ValueError(f"{path}: the checkpoint's moving average of the weights does not fit this model: "
                                  f"{str(err).splitlines()[0]}") from None
         elif self.ema is not None:
             self.log("The checkpoint has no moving average of the weights: it starts from the resumed weights")
@@ -166,7 +167,7 @@ class Trainer:
         set_rng_states(state["rng"])
         if self.rank == 0:
             # the model files and metrics as of the checkpoint (a killed run may have got past it)
-            self.kept.write_files(self.output_dir, vocab=self.vocab)
+            self.output_model.write_files(self.output_dir, vocab=self.vocab)
             truncate_metrics(self.output_dir, self.step)
         self.log(f"Resumed from {path} at step {self.step}")
         return True
@@ -179,11 +180,11 @@ class Trainer:
             raise TrainingDiverged(f"the weights are not finite at step {self.step}: the run diverged; "
                                    f"{self._kept()} (lower training.lr or raise warmup_steps)")
         # model files first, then the checkpoint: a resume rewrites the model files from it
-        self.kept.write_files(self.output_dir, vocab=self.vocab)
+        self.output_model.write_files(self.output_dir, vocab=self.vocab)
         save_checkpoint(self.state(), self.output_dir / CHECKPOINT)
 
     @property
-    def kept(self) -> ElmoBiLM:
+    def output_model(self) -> ElmoBiLM:
         """The weights that the model files hold and the held-out perplexity measures: the
         moving average once it has one step (``ema_decay`` > 0), else the trained weights."""
         if self.ema is not None and int(self.ema.n_averaged) > 0:
@@ -291,9 +292,9 @@ class Trainer:
                 window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
             if self.dev is not None and (self.step % int(self.training["eval_every"]) == 0 or self.step == max_steps):
                 n_eval = int(self.training["eval_sentences"])
-                dev_ppl = evaluate(self.kept, self.dev, dev_targets, n_eval, device=self.device)
+                dev_ppl = evaluate(self.output_model, self.dev, dev_targets, n_eval, device=self.device)
                 record, note = {"step": self.step, "dev_ppl": dev_ppl}, ""
-                if self.kept is not self.bilm:  # also the trained weights, to see what the average gives
+                if self.output_model is not self.bilm:  # also the trained weights, to see what the average gives
                     record["dev_ppl_trained"] = evaluate(self.bilm, self.dev, dev_targets, n_eval, device=self.device)
                     note = f" (moving average of the weights; {record['dev_ppl_trained']:.1f} without)"
                 self._metrics(record)
