@@ -52,23 +52,27 @@ def test_distributed_gloo_matches_single_process(wikitext_slice, tmp_path):
 
 
 def test_torchrun_cli_matches_single_process(wikitext_slice, tmp_path):
-    """The documented multi-process entry point: torchrun + the pretrain command (gloo on CPU)."""
+    """The documented multi-process entry point: torchrun + the pretrain command (gloo on CPU),
+    with a moving average of the weights (every rank keeps the same one)."""
     steps = 3
     overrides = ["--paths.train", str(wikitext_slice / "train.npz"), "--paths.dev", "null",
                  "--training.max_steps", str(steps), "--training.log_every", "1", "--training.threads", "1",
-                 "--training.dropout", "0.0"]
+                 "--training.dropout", "0.0", "--training.ema_decay", "0.5"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "spacy_elmo", "pretrain", str(TINY_PRETRAIN), "--output", str(tmp_path / "ddp"), *overrides]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count(f"Done at step {steps}") == 1  # rank 0 only
-    cfg = tiny_config(wikitext_slice, **{"paths.dev": None, "training.max_steps": steps, "training.dropout": 0.0})
+    cfg = tiny_config(wikitext_slice, **{"paths.dev": None, "training.max_steps": steps, "training.dropout": 0.0,
+                                         "training.ema_decay": 0.5})
     single = Trainer(cfg, tmp_path / "single", log=lambda s: None)
     single.run()
     ddp = torch.load(tmp_path / "ddp" / "checkpoint.pt", weights_only=False)
     assert ddp["step"] == steps
     for name, value in single.bilm.state_dict().items():
         torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-4)
+    for name, value in single.ema.state_dict().items():
+        torch.testing.assert_close(ddp["ema"][name], value, rtol=1e-4, atol=1e-4)
 
 
 def test_torchrun_sigterm_stops_all_ranks_at_one_step(wikitext_slice, tmp_path):
