@@ -135,6 +135,7 @@ def test_moving_average_of_the_weights(wikitext_slice, tmp_path):
                        out, log=lines.append)
     trainer.history = []
     trainer.run()
+    assert any("Keeping a moving average of the weights (decay 0.75)" in line for line in lines)
     assert any("no moving average of the weights" in line for line in lines)
     expected = dict(trainer.history[0])
     for weights in trainer.history[1:]:

@@ -111,6 +111,9 @@ class Trainer:
         # after every step; the optimizer trains the raw weights, the model files hold the average
         decay = float(self.training["ema_decay"])
         self.ema = AveragedModel(self.bilm, multi_avg_fn=get_ema_multi_avg_fn(decay)) if decay > 0 else None
+        if self.ema is not None:
+            self.log(f"Keeping a moving average of the weights (decay {decay}): the model files and the "
+                     "held-out perplexity use it")
         # fp16 autocast needs loss scaling (gradients underflow otherwise); a no-op elsewhere.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.training["amp"] == "fp16")
         self.step = 0
