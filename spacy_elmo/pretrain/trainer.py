@@ -294,10 +294,10 @@ class Trainer:
                              f"{rate:,.0f} tokens/s  lr {record['lr']:.2e}  ETA {eta / 60:.1f} min")
                 window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
             if self.dev is not None and (self.step % int(self.training["eval_every"]) == 0 or self.step == max_steps):
-                n_eval = int(self.training["eval_sentences"])
-                dev_ppl = evaluate(self.output_model, self.dev, dev_targets, n_eval, device=self.device)
+                n_eval, model = int(self.training["eval_sentences"]), self.output_model
+                dev_ppl = evaluate(model, self.dev, dev_targets, n_eval, device=self.device)
                 record, note = {"step": self.step, "dev_ppl": dev_ppl}, ""
-                if self.output_model is not self.bilm:  # also the trained weights, to see what the average gives
+                if model is not self.bilm:  # also the trained weights, to see what the average gives
                     record["dev_ppl_trained"] = evaluate(self.bilm, self.dev, dev_targets, n_eval, device=self.device)
                     note = f" (moving average of the weights; {record['dev_ppl_trained']:.1f} without)"
                 self._metrics(record)
