@@ -247,9 +247,42 @@ def test_grow_errors(corpora, own_init, tmp_path):
         Trainer(grown_config(corpora / "en.npz", own_init, filters=[[1, 8], [2, 8], [3, 16], [4, 32], [5, 32]]),
                 tmp_path / "c", log=print)
     cfg = grown_config(corpora / "en.npz", own_init)
-    cfg["model"]["lstm"]["projection_dim"] = 48
-    with pytest.raises(ValueError, match=r"cannot grow from the init model: lstm\.projection_dim \(48 vs 32\)"):
+    cfg["model"]["lstm"]["projection_dim"] = 16
+    with pytest.raises(ValueError, match=r"cannot grow from the init model: lstm\.projection_dim \(16 vs 32: it can only"):
         Trainer(cfg, tmp_path / "d", log=print)
+    cfg = grown_config(corpora / "en.npz", own_init)
+    cfg["model"]["char_cnn"]["n_highway"] = 2
+    with pytest.raises(ValueError, match=r"cannot grow from the init model: char_cnn\.n_highway \(2 vs 1\)"):
+        Trainer(cfg, tmp_path / "e", log=print)
+
+
+def test_grow_the_projection_keeps_the_layers_in_front_and_zeros_after(corpora, own_init, tmp_path):
+    cfg = grown_config(corpora / "en.npz", own_init, dim=128, filters=[[1, 8], [2, 8], [3, 16], [4, 32], [5, 64]])
+    cfg["model"]["lstm"]["projection_dim"] = 48
+    logs = []
+    trainer = Trainer(cfg, tmp_path / "run", log=logs.append)
+    assert any(line.startswith("Growing") and "lstm.projection_dim (48 vs 32)" in line for line in logs)
+    init, grown = ElmoBiLM.load(own_init).double(), trainer.bilm.double()
+    sentences = [["Wider", "layers", "read", "the", "same", "."], ["Émoji", "😀", "x" * 70], ["a"]]
+    ids, lengths = init.char_ids(sentences), [len(s) for s in sentences]
+    with torch.no_grad():
+        expected = init.forward_with_boundaries(ids, lengths)
+        got = grown.forward_with_boundaries(ids, lengths)
+        assert got.shape == (3, expected.shape[1], 96)
+        for direction in (0, 1):  # each direction: the init model's 32 values, then 16 zeros
+            assert float((got[..., 48 * direction : 48 * direction + 32]
+                          - expected[..., 32 * direction : 32 * direction + 32]).abs().max()) < 1e-12
+            assert not got[..., 48 * direction + 32 : 48 * (direction + 1)].any()
+        # the kept softmax (adaptive, its tail cluster widened) gives the same word probabilities
+        top = expected.shape[0] - 1
+        assert float((grown.softmax.log_prob(got[top, :, :48]) - init.softmax.log_prob(expected[top, :, :32]))
+                     .abs().max()) < 1e-10
+    assert grown.softmax.proj.tail[0][1].weight.shape[1] > init.softmax.proj.tail[0][1].weight.shape[1]
+    grown.float()
+    trainer.run()
+    after = trainer.bilm.state_dict()  # the new dimensions are no longer zero after two steps
+    assert after["token_encoder.projection.weight"][32:].abs().sum(dim=1).gt(0).all()
+    assert after["lstm.layers.1.weight_proj"][:, :, 32:].abs().sum(dim=1).gt(0).all()
 
 
 def test_grow_published_weights_with_a_fresh_softmax(corpora, tiny_dir, tiny_bilm, tmp_path):

@@ -95,8 +95,9 @@ class TrainingSchema(_Section):
     ema_decay: float = Field(0.0, ge=0, lt=1, description="0: off; else the model files and the held-out "
                              "perplexity use an exponential moving average of the weights, updated after every "
                              "step with this decay (0.999 averages over about the last 1,000 steps)")
-    grow: StrictBool = Field(False, description="with paths.init: a [model] with a larger lstm.dim or more char-CNN "
-                                                "filters widens the init model (see pretrain/grow.py)")
+    grow: StrictBool = Field(False, description="with paths.init: a [model] with a larger lstm.dim or "
+                                                "projection_dim, or more char-CNN filters, widens the init model "
+                                                "(see pretrain/grow.py)")
 
 
 class PretrainSchema(_Section):

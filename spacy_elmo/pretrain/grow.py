@@ -1,7 +1,7 @@
 """Growing the init model (``[training] grow = true``): continued pretraining of a wider biLM
 that starts out computing exactly what the init model computes.
 
-Two sizes can grow, everything else must match the init model:
+Three sizes can grow, everything else must match the init model:
 
 - ``lstm.dim``: each LSTM layer gets more memory cells. The old cells keep their gate weights
   and biases; the new cells get fresh gate weights (the forget bias of 1) and zero rows in the
@@ -10,6 +10,12 @@ Two sizes can grow, everything else must match the init model:
   or groups of new widths. Each old group keeps its filters at the front of the first
   unused group of the same width. The highway layers' old outputs get zero weights from the
   new filters, and the token projection gets zero columns for them.
+- ``lstm.projection_dim``: wider ELMo layers. The token projection and each LSTM layer's output
+  projection get zero rows for the new dimensions, so those stay zero at the start; what reads
+  them (the LSTM input and recurrent weights, the softmax) gets fresh weights there. The adaptive
+  softmax's tail clusters widen with it; their old outputs get zero weights from the new units.
+  The grown layers hold the init model's values in the first dimensions of each direction, and
+  zeros after them.
 
 The zero blocks sit where the new units' outputs are read, never where the new units read their
 input, so their gradients are not zero: the projections learn to read the new units on the
@@ -24,7 +30,7 @@ import torch
 from ..bilm import ElmoBiLM
 from ..bilm.config import option_differences
 
-GROWABLE = ("lstm.dim", "char_cnn.filters")
+GROWABLE = ("lstm.dim", "lstm.projection_dim", "char_cnn.filters")
 
 
 def matching_groups(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> List[int]:
@@ -46,8 +52,9 @@ def growth_problems(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     """The differences between two options dicts that growing cannot bridge (empty: it can),
     each as ``name (new vs old)``."""
     problems = [d for d in option_differences(new, old) if not d.startswith(GROWABLE)]
-    if new["lstm"]["dim"] < old["lstm"]["dim"]:
-        problems.append(f"lstm.dim ({new['lstm']['dim']} vs {old['lstm']['dim']}: it can only grow)")
+    for name in ("dim", "projection_dim"):
+        if new["lstm"][name] < old["lstm"][name]:
+            problems.append(f"lstm.{name} ({new['lstm'][name]} vs {old['lstm'][name]}: it can only grow)")
     try:
         matching_groups(old["char_cnn"]["filters"], new["char_cnn"]["filters"])
     except ValueError as err:
@@ -85,16 +92,35 @@ def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
         for o_lin, n_lin in ((o_highway.transform, n_highway.transform), (o_highway.gate, n_highway.gate)):
             _grown(o_lin.weight, n_lin.weight, (kept[:, None], kept[None, :]), (kept[:, None], added[None, :]))
             n_lin.bias[kept] = o_lin.bias
-    _grown(o.projection.weight, n.projection.weight, (slice(None), kept), (slice(None), added))
-    n.projection.bias.copy_(o.projection.bias)
+    P = o.projection.out_features  # the new projection dimensions (from P on) start at zero
+    n.projection.weight[P:] = 0
+    n.projection.bias[P:] = 0
+    _grown(o.projection.weight, n.projection.weight, (slice(0, P), kept), (slice(0, P), added))
+    n.projection.bias[:P] = o.projection.bias
 
     for o_layer, n_layer in zip(old.lstm.layers, new.lstm.layers):
         C, C_new = o_layer.cell_dim, n_layer.cell_dim
         gates = torch.cat([torch.arange(C) + block * C_new for block in range(4)])
-        for name in ("weight_ih", "weight_hh", "bias"):
-            getattr(n_layer, name)[..., gates] = getattr(o_layer, name)
-        _grown(o_layer.weight_proj, n_layer.weight_proj, (slice(None), slice(0, C)), (slice(None), slice(C, None)))
+        for name in ("weight_ih", "weight_hh"):  # (direction, input, gate): old inputs, old cells
+            getattr(n_layer, name)[:, :P, gates] = getattr(o_layer, name)
+        n_layer.bias[:, gates] = o_layer.bias
+        n_layer.weight_proj[:, :, P:] = 0
+        _grown(o_layer.weight_proj, n_layer.weight_proj, (slice(None), slice(0, C), slice(0, P)),
+               (slice(None), slice(C, None), slice(0, P)))
     if keep_softmax:
         if old.softmax is None or new.softmax is None:
             raise ValueError("[training] grow: the init model's softmax is kept but one of the models has none")
-        new.softmax.load_state_dict(old.softmax.state_dict())
+        _grow_softmax(old.softmax, new.softmax)
+
+
+def _grow_softmax(old: torch.nn.Module, new: torch.nn.Module) -> None:
+    """Each of ``old``'s weights at the front of ``new``'s. Only an adaptive softmax's tail
+    clusters have inner units that grow with the projection: their outputs get zero weights
+    from the new units (the new projection dimensions are zero at the start: any weights may
+    read them)."""
+    new_params = dict(new.named_parameters())
+    for name, value in old.named_parameters():
+        target = new_params[name]
+        target[tuple(slice(0, d) for d in value.shape)] = value
+        if ".tail." in name and name.endswith(".1.weight"):  # (cluster size, inner units)
+            target[:, value.shape[1]:] = 0

@@ -10,7 +10,8 @@ The init model is one of:
 
 What is kept: the biLM's shapes come from the init model (a config whose [model] is not empty
 must agree with it), unless ``[training] grow = true``: then [model] may be wider (more LSTM
-cells, more char-CNN filters) and the init model is grown into it (``pretrain/grow.py``).
+cells, a wider projection, more char-CNN filters) and the init model is grown into it
+(``pretrain/grow.py``).
 With ``[vocab] from_init = true`` (the default) and an init model that has a softmax, its
 vocabulary and softmax are kept, and words of the new corpus outside that vocabulary become
 ``<unk>``. Otherwise (published weights carry no softmax, or ``from_init = false``) a fresh
@@ -107,7 +108,7 @@ def settle_config(config: Dict[str, Any], init: InitModel, log: Callable[[str], 
             raise ValueError(
                 f"paths.init {init.source}: the config's [model] differs from the init model in {', '.join(diff)}; "
                 "the shapes come from the init model: make [model] match it, leave [model] empty, or set "
-                "[training] grow = true to widen the init model (lstm.dim, char_cnn.filters)"
+                "[training] grow = true to widen the init model (lstm.dim, lstm.projection_dim, char_cnn.filters)"
             )
         problems = growth_problems(options, given) if diff else []
         if problems:
