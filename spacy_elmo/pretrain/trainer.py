@@ -5,8 +5,9 @@ DistributedDataParallel under torchrun.
 
 Output directory layout: the model in the project's own format (config.json,
 model.safetensors, vocab.txt: ``ElmoBiLM.load(output_dir)`` works, rewritten at
-every checkpoint; with ``ema_decay`` the moving average of the weights), ``checkpoint.pt`` (everything a resume needs) and
-``metrics.jsonl`` (one line per log or evaluation).
+every checkpoint; with ``ema_decay`` the moving average of the weights),
+``checkpoint.pt`` (everything a resume needs) and ``metrics.jsonl`` (one line per
+log or evaluation).
 
 The parts live beside it: the loss and evaluation (``loss``), checkpoints
 (``checkpoint``), signals (``signals``), agreement between ranks (``distributed``)
