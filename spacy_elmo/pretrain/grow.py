@@ -17,9 +17,11 @@ Three sizes can grow, everything else must match the init model:
   The grown layers hold the init model's values in the first dimensions of each direction, and
   zeros after them.
 
-The zero blocks sit where the new units' outputs are read, never where the new units read their
-input, so their gradients are not zero: the projections learn to read the new units on the
-first step and the new units' own weights learn from the next one. Function-preserving
+For new cells and filters the zero blocks sit where their outputs are read, never where they
+read their input, so their gradients are not zero: the projections learn to read the new units
+on the first step and the new units' own weights learn from the next one. For new projection
+dimensions it is the other way round (zero rows that make them, fresh weights that read them),
+with the same effect. Function-preserving
 widening is the idea of Net2Net (Chen et al. 2016), here with zeros rather than copies.
 """
 import itertools
