@@ -94,10 +94,12 @@ def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
         for o_lin, n_lin in ((o_highway.transform, n_highway.transform), (o_highway.gate, n_highway.gate)):
             _grown(o_lin.weight, n_lin.weight, (kept[:, None], kept[None, :]), (kept[:, None], added[None, :]))
             n_lin.bias[kept] = o_lin.bias
-    P = o.projection.out_features  # the new projection dimensions (from P on) start at zero
-    n.projection.weight[P:] = 0
-    n.projection.bias[P:] = 0
-    _grown(o.projection.weight, n.projection.weight, (slice(0, P), kept), (slice(0, P), added))
+    # The token and LSTM output projections are zero but for the old block: new filters and cells
+    # are not read yet, and the new projection dimensions (from P on) start at zero.
+    P = o.projection.out_features
+    n.projection.weight.zero_()
+    n.projection.weight[:P, kept] = o.projection.weight
+    n.projection.bias.zero_()
     n.projection.bias[:P] = o.projection.bias
 
     for o_layer, n_layer in zip(old.lstm.layers, new.lstm.layers):
@@ -106,9 +108,8 @@ def grow_weights(new: ElmoBiLM, old: ElmoBiLM, keep_softmax: bool) -> None:
         for name in ("weight_ih", "weight_hh"):  # (direction, input, gate): old inputs, old cells
             getattr(n_layer, name)[:, :P, gates] = getattr(o_layer, name)
         n_layer.bias[:, gates] = o_layer.bias
-        n_layer.weight_proj[:, :, P:] = 0
-        _grown(o_layer.weight_proj, n_layer.weight_proj, (slice(None), slice(0, C), slice(0, P)),
-               (slice(None), slice(C, None), slice(0, P)))
+        n_layer.weight_proj.zero_()
+        n_layer.weight_proj[:, :C, :P] = o_layer.weight_proj
     if keep_softmax:
         if old.softmax is None or new.softmax is None:
             raise ValueError("[training] grow: the init model's softmax is kept but one of the models has none")
