@@ -302,3 +302,23 @@ def test_grow_published_weights_with_a_fresh_softmax(corpora, tiny_dir, tiny_bil
     assert trainer.bilm.vocab_size == len(trainer.vocab) <= 300
     trainer.bilm.float()
     assert trainer.run()["step"] == 2
+
+
+def test_continue_preset_continues_the_shipped_model(corpora, tmp_path):
+    """configs/pretrain/continue.cfg, through the real CLI: shapes, vocabulary and softmax come
+    from the shipped model, whatever its shape, and the run saves a model of that shape."""
+    import subprocess
+    import sys
+
+    from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
+
+    shipped = MODELS_DIR / DEFAULT_MODEL
+    run = subprocess.run([sys.executable, "-m", "spacy_elmo", "pretrain", str(REPO / "configs/pretrain/continue.cfg"),
+                          "--output", str(tmp_path / "run"), "--paths.train", str(corpora / "en.npz"),
+                          "--paths.init", str(shipped), "--training.max_steps", "1", "--training.batch_tokens", "512"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "vocabulary (20,000 words) and softmax are kept" in run.stdout + run.stderr
+    saved, init = ElmoBiLM.load(tmp_path / "run"), ElmoBiLM.load(shipped)
+    assert saved.options == init.options and saved.output_dim == init.output_dim
+    assert (tmp_path / "run" / "vocab.txt").read_text(encoding="utf-8") == (shipped / "vocab.txt").read_text(encoding="utf-8")

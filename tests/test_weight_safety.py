@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import spacy
+import torch
 
 from spacy_elmo import ElmoBiLM, WeightsError
 from spacy_elmo.bilm.errors import OptionsError
@@ -87,11 +88,19 @@ def test_own_format_nan_and_overwritten_bytes(tiny_bilm, tmp_path):
         ElmoBiLM.load(tmp_path / "nan")
 
 
-def test_shipped_model_without_checksum_still_loads():
+def test_shipped_model_checksum_and_older_files_without_one(tmp_path):
     if not (SHIPPED / "config.json").exists():
         pytest.skip("no shipped model")
-    bilm = ElmoBiLM.load(SHIPPED)  # no weights_sha256 in its config.json until it is re-exported
-    assert bilm.output_dim > 0
+    assert "weights_sha256" in json.loads((SHIPPED / "config.json").read_text())
+    bilm = ElmoBiLM.load(SHIPPED)  # the stored checksum verifies
+    # A config.json written before checksums were stored loads too (nothing to verify against).
+    shutil.copytree(SHIPPED, tmp_path / "old")
+    cfg = json.loads((tmp_path / "old" / "config.json").read_text())
+    del cfg["weights_sha256"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(cfg))
+    old = ElmoBiLM.load(tmp_path / "old")
+    for name, value in bilm.state_dict().items():
+        assert torch.equal(old.state_dict()[name], value), name
 
 
 def test_wrong_checksum_is_an_error(tiny_bilm, tmp_path):
