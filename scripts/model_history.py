@@ -137,10 +137,14 @@ def plot(
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("training tokens seen (millions, log scale)")
+        lift, previous = 0, None
         for r, xi in zip(records, x):
             hours = f"{r['cpu_hours']:.1f} h" + (f"\n+{r['gpu_hours']:.2f} GPU-h" if r.get("gpu_hours") else "")
+            # points close on the log axis get their labels stacked instead of overprinted
+            lift = lift + 16 if previous is not None and xi / previous < 1.25 else 0
             ax.annotate(hours, (xi, ax.get_ylim()[0]), fontsize=6, color="grey",
-                        xytext=(0, 2), textcoords="offset points", ha="center")
+                        xytext=(0, 2 + lift), textcoords="offset points", ha="center")
+            previous = xi
     fig.suptitle(f"{title} (grey labels: CPU-core hours, and GPU hours where a GPU trained)", fontsize=10)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
