@@ -2,6 +2,8 @@
 import copy
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from thinc.api import Config
 
 from conftest import REPO, english_lines
 from spacy_elmo import ElmoBiLM
+from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
 from spacy_elmo.pretrain.config import validate_pretrain_config
 from spacy_elmo.pretrain.corpus import Corpus, build_vocab
 from spacy_elmo.pretrain.data import prepare_corpus
@@ -307,11 +310,6 @@ def test_grow_published_weights_with_a_fresh_softmax(corpora, tiny_dir, tiny_bil
 def test_continue_preset_continues_the_shipped_model(corpora, tmp_path):
     """configs/pretrain/continue.cfg, through the real CLI: shapes, vocabulary and softmax come
     from the shipped model, whatever its shape, and the run saves a model of that shape."""
-    import subprocess
-    import sys
-
-    from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
-
     shipped = MODELS_DIR / DEFAULT_MODEL
     run = subprocess.run([sys.executable, "-m", "spacy_elmo", "pretrain", str(REPO / "configs/pretrain/continue.cfg"),
                           "--output", str(tmp_path / "run"), "--paths.train", str(corpora / "en.npz"),
@@ -321,4 +319,6 @@ def test_continue_preset_continues_the_shipped_model(corpora, tmp_path):
     assert "vocabulary (20,000 words) and softmax are kept" in run.stdout + run.stderr
     saved, init = ElmoBiLM.load(tmp_path / "run"), ElmoBiLM.load(shipped)
     assert saved.options == init.options and saved.output_dim == init.output_dim
+    trained = init.state_dict()
+    assert any(not torch.equal(value.float(), trained[name].float()) for name, value in saved.state_dict().items())
     assert (tmp_path / "run" / "vocab.txt").read_text(encoding="utf-8") == (shipped / "vocab.txt").read_text(encoding="utf-8")
