@@ -319,6 +319,6 @@ def test_continue_preset_continues_the_shipped_model(corpora, tmp_path):
     assert "vocabulary (20,000 words) and softmax are kept" in run.stdout + run.stderr
     saved, init = ElmoBiLM.load(tmp_path / "run"), ElmoBiLM.load(shipped)
     assert saved.options == init.options and saved.output_dim == init.output_dim
-    trained = init.state_dict()
-    assert any(not torch.equal(value.float(), trained[name].float()) for name, value in saved.state_dict().items())
+    before = init.state_dict()
+    assert any(not torch.equal(value.float(), before[name].float()) for name, value in saved.state_dict().items())
     assert (tmp_path / "run" / "vocab.txt").read_text(encoding="utf-8") == (shipped / "vocab.txt").read_text(encoding="utf-8")

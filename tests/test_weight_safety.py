@@ -24,6 +24,15 @@ def copy_tiny(tiny_dir: Path, dest: Path) -> Path:
     return dest
 
 
+def copy_without_checksum(model_dir: Path, dest: Path) -> Path:
+    """A copy of a model directory whose config.json has no weights_sha256 (as older files)."""
+    shutil.copytree(model_dir, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    del cfg["weights_sha256"]
+    (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
 def overwrite(path: Path, offset: int, n: int = 1000, value: int = 0xFF) -> None:
     data = bytearray(path.read_bytes())
     assert offset + n <= len(data)
@@ -79,10 +88,7 @@ def test_own_format_nan_and_overwritten_bytes(tiny_bilm, tmp_path):
     with pytest.raises(WeightsError, match="checksum|not a readable safetensors file"):
         ElmoBiLM.load(tmp_path / "header")
     # Without a stored checksum (older files) the NaN is still found, named by tensor.
-    shutil.copytree(tmp_path / "m", tmp_path / "nan")
-    cfg = json.loads((tmp_path / "nan" / "config.json").read_text())
-    del cfg["weights_sha256"]
-    (tmp_path / "nan" / "config.json").write_text(json.dumps(cfg))
+    copy_without_checksum(tmp_path / "m", tmp_path / "nan")
     overwrite(tmp_path / "nan" / "model.safetensors", size - 1000, 1000)  # 0xFF bytes: NaN floats
     with pytest.raises(WeightsError, match=r"tensor '.*' holds non-finite values"):
         ElmoBiLM.load(tmp_path / "nan")
@@ -94,13 +100,9 @@ def test_shipped_model_checksum_and_older_files_without_one(tmp_path):
     assert "weights_sha256" in json.loads((SHIPPED / "config.json").read_text())
     bilm = ElmoBiLM.load(SHIPPED)  # the stored checksum verifies
     # A config.json written before checksums were stored loads too (nothing to verify against).
-    shutil.copytree(SHIPPED, tmp_path / "old")
-    cfg = json.loads((tmp_path / "old" / "config.json").read_text())
-    del cfg["weights_sha256"]
-    (tmp_path / "old" / "config.json").write_text(json.dumps(cfg))
-    old = ElmoBiLM.load(tmp_path / "old")
+    old = ElmoBiLM.load(copy_without_checksum(SHIPPED, tmp_path / "old")).state_dict()
     for name, value in bilm.state_dict().items():
-        assert torch.equal(old.state_dict()[name], value), name
+        assert torch.equal(old[name], value), name
 
 
 def test_wrong_checksum_is_an_error(tiny_bilm, tmp_path):
