@@ -24,8 +24,8 @@ def test_shipped_model_is_small_and_complete():
 
 def test_default_initialize_uses_shipped_model(default_nlp):
     doc = default_nlp("The river bank was flooded.")
-    assert doc._.elmo.shape == (3, 6, 512)
-    assert doc.tensor.shape == (6, 512)
+    assert doc._.elmo.shape == (3, 6, 1024)
+    assert doc.tensor.shape == (6, 1024)
     assert np.isfinite(doc._.elmo).all()
     # Contextual: the same word in two contexts gets different top-layer vectors, same layer 0.
     other = default_nlp("The bank raised interest rates.")
