@@ -25,6 +25,7 @@ from torch import nn
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
 CHUNK_ELEMENTS = 1 << 20  # logits per chunk (4 MB in float32): stays in cache across the passes
+ROW_ALIGN = 16  # floats in a 64-byte cache line
 
 
 class LinearNLL(torch.autograd.Function):
@@ -44,20 +45,28 @@ class LinearNLL(torch.autograd.Function):
         gw = x.new_zeros(n_seg, *weight.shape) if with_grad else None
         gb = x.new_zeros(n_seg, V) if with_grad and bias is not None else None
         rows = max(1, CHUNK_ELEMENTS // max(1, V))
-        buffer = x.new_empty(min(rows, x.shape[0]), V)  # one chunk's logits, reused
         # the logits in base 2 (log2(e) z, from a scaled contiguous copy of W^T): exp2 runs about
-        # three times faster than exp on the CPU, and the products about 10% faster
-        weight2 = torch.mul(weight, _LOG2E).t().contiguous()
-        bias2 = bias * _LOG2E if bias is not None else None
+        # three times faster than exp on the CPU, and the products about 10% faster. Rows of the
+        # logits and of W^T are padded to whole cache lines (zero weights, unread logits): with
+        # rows of an odd width such as 10,001 or 2,002 the products ran up to 1.5x slower
+        padded = -(-V // ROW_ALIGN) * ROW_ALIGN
+        buffer = x.new_empty(min(rows, x.shape[0]), padded)  # one chunk's logits, reused
+        weight2 = x.new_zeros(weight.shape[1], padded)
+        torch.mul(weight.t(), _LOG2E, out=weight2[:, :V])
+        bias2 = None
+        if bias is not None:
+            bias2 = x.new_zeros(padded)
+            torch.mul(bias, _LOG2E, out=bias2[:V])
         start = 0
         for k, size in enumerate(segments):
             for a in range(start, start + int(size), rows):
                 b = min(a + rows, start + int(size))
-                xc, tc, logits = x[a:b], targets[a:b], buffer[: b - a]
+                xc, tc, full = x[a:b], targets[a:b], buffer[: b - a]
                 if bias2 is not None:
-                    torch.addmm(bias2, xc, weight2, out=logits)
+                    torch.addmm(bias2, xc, weight2, out=full)
                 else:
-                    torch.mm(xc, weight2, out=logits)
+                    torch.mm(xc, weight2, out=full)
+                logits = full[:, :V]
                 picked = logits.gather(1, tc.unsqueeze(1)).squeeze(1)
                 top = logits.amax(dim=1, keepdim=True)
                 logits.sub_(top).exp2_()  # e = 2^(log2(e) (z - max z)) = exp(z - max z); softmax = e / total
