@@ -51,11 +51,11 @@ class LinearNLL(torch.autograd.Function):
         # rows of an odd width such as 10,001 or 2,002 the products ran up to 1.5x slower
         padded = -(-V // ROW_ALIGN) * ROW_ALIGN
         buffer = x.new_empty(min(rows, x.shape[0]), padded)  # one chunk's logits, reused
-        weight2 = x.new_zeros(weight.shape[1], padded)
+        weight2 = weight.new_zeros(weight.shape[1], padded)
         torch.mul(weight.t(), _LOG2E, out=weight2[:, :V])
         bias2 = None
         if bias is not None:
-            bias2 = x.new_zeros(padded)
+            bias2 = bias.new_zeros(padded)
             torch.mul(bias, _LOG2E, out=bias2[:V])
         start = 0
         for k, size in enumerate(segments):
