@@ -115,6 +115,8 @@ def main(
     weights: Optional[Path] = typer.Option(None, "--weights", help="spacy-elmo model dir (default: the shipped model)"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to this file"),
+    max_train_sentences: int = typer.Option(0, "--max-train-sentences", min=0,
+                                            help="learn senses from only the first N train sentences that hold a test lemma (0: all; a quicker, rougher probe)"),
 ) -> None:
     import torch
 
@@ -128,6 +130,8 @@ def main(
     train = read_archive(archive, train_part)
     for sent in train:  # only the lemmas the test set asks about need sense vectors
         sent.instances = [inst for inst in sent.instances if inst.lemma in test_lemmas]
+    if max_train_sentences:
+        train = [sent for sent in train if sent.instances][:max_train_sentences]
 
     model_dir = weights or MODELS_DIR / DEFAULT_MODEL
     bilm = ElmoBiLM.load(model_dir)
