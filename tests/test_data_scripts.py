@@ -279,3 +279,42 @@ def test_wsd_probe_on_shipped_model(shared_dir):
     assert "2,225 senseval2 sense-annotated words" in out
     assert acc["layer 2 (LSTM 2)"] > acc["layer 0 (char CNN)"] + 5, acc
     assert acc["layer 1 (LSTM 1)"] > acc["layer 0 (char CNN)"] + 5, acc
+
+
+def test_sense_separation_measures():
+    import numpy as np
+
+    probe_senses = _load("probe_senses")
+    # Two senses on two axes, with a little spread: apart, and each occurrence nearest its own sense.
+    apart = np.array([[1, 0.1], [1, -0.1], [1, 0], [0.1, 1], [-0.1, 1]])
+    r = probe_senses.separation(apart, ["a", "a", "a", "b", "b"])
+    assert r["accuracy"] == 1.0 and r["same"] > 0.95 and r["other"] < 0.2
+    # Identical vectors: nothing to tell the senses apart, so each tie goes to the most frequent sense.
+    same = probe_senses.separation(np.ones((5, 3)), ["b", "a", "a", "a", "b"])
+    assert same["same"] == pytest.approx(1.0) and same["other"] == pytest.approx(1.0) and same["accuracy"] == 0.6
+    for bad in ["bank", "bank:x", ":n"]:
+        with pytest.raises(Exception, match="LEMMA:POS"):
+            probe_senses.parse_word(bad)
+
+
+def test_sense_probe_on_shipped_model(shared_dir, tmp_path):
+    """Every annotated "interest" (noun) of SemCor's brown2 part: the top LSTM layer tells its
+    senses apart far better than the most frequent sense; the context-free layer 0 cannot."""
+    import subprocess
+
+    archive = shared_dir / "data" / "semcor" / "wsd_corpora_semcor3.0_and_allwords_eval.naf.tar.gz"
+    if not archive.exists():
+        pytest.skip(f"{archive} not found")
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS / "probe_senses.py"), str(archive), "--part", "brown2", "--word", "interest:n",
+         "--word", "zzyzx:n", "--output", str(tmp_path / "senses.txt")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert "interest:n in brown2: 76 occurrences of 7 senses" in out and "most frequent sense 32.9%" in out
+    assert "zzyzx:n: fewer than two senses" in out
+    rows = {line[:18].strip(): line[18:].split() for line in out.splitlines() if line.startswith(("layer", "mean"))}
+    assert set(rows) == {"layer 0 (char CNN)", "layer 1 (LSTM 1)", "layer 2 (LSTM 2)", "mean of layers"}
+    same, other, acc = (float(x.rstrip("%")) for x in rows["layer 2 (LSTM 2)"])
+    assert same > other + 0.03 and acc > 32.9 + 10, rows
+    assert float(rows["layer 0 (char CNN)"][2].rstrip("%")) < 32.9 + 1, rows
+    assert out.strip() in (tmp_path / "senses.txt").read_text(encoding="utf-8")
