@@ -101,51 +101,56 @@ def plot(
     output: Path = typer.Argument(..., help="PNG to write"),
     title: Optional[str] = typer.Option("en_elmo_cpu: quality against training", "--title"),
 ) -> None:
-    """Plot perplexity, the probes and the demo margins against tokens seen (log scale; the
-    training hours of each point as grey labels)."""
+    """Plot perplexity, the probes and the demo margins against tokens seen (log scale, top row)
+    and against CPU-core hours (bottom row; GPU hours, where a GPU trained, in its axis label)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
-    records = json.loads(history.read_text(encoding="utf-8"))
-    x = [r["tokens_seen"] / 1e6 for r in records]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-    ax = axes[0]
-    ax.plot(x, [r["perplexity"] for r in records], "o-", label="biLM")
-    ax.set_ylabel("WikiText-2 test perplexity")
-    ax.set_title("perplexity (unigram: %.0f)" % records[-1]["unigram_perplexity"])
-    for ax, key, base, name in ((axes[1], "pos", "most frequent tag", "POS probe (CoNLL-2003 dev)"),
-                                (axes[2], "wsd", "most frequent sense", "WSD (Senseval-2)")):
-        ax.plot(x, [_best(r[key]) for r in records], "o-", label="best layer")
-        ax.plot(x, [r[key][base] for r in records], "--", color="grey", label=base)
-        ax.set_ylabel("accuracy %")
-        ax.set_title(name)
+    everything = json.loads(history.read_text(encoding="utf-8"))
+    needed = ("tokens_seen", "cpu_hours", "perplexity", "unigram_perplexity", "pos", "wsd", "demo")
+    for r in everything:
+        missing = [k for k in needed if k not in r]
+        if missing:
+            raise typer.BadParameter(f"record {r.get('label', '?')!r} has no {', '.join(missing)}", param_hint="HISTORY")
+    if not everything:
+        raise typer.BadParameter(f"{history} holds no records", param_hint="HISTORY")
+    gpu = max(r.get("gpu_hours") or 0.0 for r in everything)  # cumulative, like cpu_hours
+    rows = (("tokens_seen", 1e6, "training tokens seen (millions, log scale)"),
+            ("cpu_hours", 1, "CPU-core hours" + (f" (+{gpu:.2f} GPU-hours)" if gpu else "")))
+    fig, grid = plt.subplots(2, 4, figsize=(17, 7.2))
+    for axes, (key, unit, xlabel) in zip(grid, rows):
+        records = sorted(everything, key=lambda r: r[key])  # each row's lines run left to right
+        x = [r[key] / unit for r in records]
+        ax = axes[0]
+        ax.plot(x, [r["perplexity"] for r in records], "o-", label="biLM")
+        ax.set_ylabel("WikiText-2 test perplexity")
+        ax.set_title("perplexity (unigram: %.0f)" % records[-1]["unigram_perplexity"])
+        for ax, probe, base, name in ((axes[1], "pos", "most frequent tag", "POS probe (CoNLL-2003 dev)"),
+                                      (axes[2], "wsd", "most frequent sense", "WSD (Senseval-2)")):
+            ax.plot(x, [_best(r[probe]) for r in records], "o-", label="best layer")
+            ax.plot(x, [r[probe][base] for r in records], "--", color="grey", label=base)
+            ax.set_ylabel("accuracy %")
+            ax.set_title(name)
+            ax.legend(fontsize=8)
+        ax = axes[3]
+        for word in records[-1]["demo"]:
+            ax.plot(x, [r["demo"][word][0] - r["demo"][word][1] if word in r["demo"] else float("nan")
+                        for r in records], "o-", label=word)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel("cos(same sense) - cos(other sense)")
+        ax.set_title("demo words (> 0: separated)")
         ax.legend(fontsize=8)
-    ax = axes[3]
-    for word in records[-1]["demo"]:
-        ax.plot(x, [r["demo"][word][0] - r["demo"][word][1] if word in r["demo"] else float("nan")
-                    for r in records], "o-", label=word)
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_ylabel("cos(same sense) - cos(other sense)")
-    ax.set_title("demo words (> 0: separated)")
-    ax.legend(fontsize=8)
-    for ax in axes:
+        for ax in axes:
+            ax.set_xlabel(xlabel)
+    for ax in grid[0]:
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("training tokens seen (millions, log scale)")
-        lift, previous = 0, None
-        for r, xi in zip(records, x):
-            hours = f"{r['cpu_hours']:.1f} h" + (f"\n+{r['gpu_hours']:.2f} GPU-h" if r.get("gpu_hours") else "")
-            # points close on the log axis get their labels stacked instead of overprinted
-            lift = lift + 16 if previous is not None and xi / previous < 1.25 else 0
-            ax.annotate(hours, (xi, ax.get_ylim()[0]), fontsize=6, color="grey",
-                        xytext=(0, 2 + lift), textcoords="offset points", ha="center")
-            previous = xi
-    fig.suptitle(f"{title} (grey labels: CPU-core hours, and GPU hours where a GPU trained)", fontsize=10)
+    fig.suptitle(f"{title}, against tokens seen (top) and training time (bottom)", fontsize=10)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=110)

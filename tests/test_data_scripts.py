@@ -318,3 +318,30 @@ def test_sense_probe_on_shipped_model(shared_dir, tmp_path):
     assert same > other + 0.03 and acc > 32.9 + 10, rows
     assert float(rows["layer 0 (char CNN)"][2].rstrip("%")) < 32.9 + 1, rows
     assert out.strip() in (tmp_path / "senses.txt").read_text(encoding="utf-8")
+
+
+def test_model_history_plot(tmp_path):
+    """The quality plot draws every record of a history file, against tokens seen and against CPU hours."""
+    pytest.importorskip("matplotlib")
+    import subprocess
+
+    def record(label, tokens, hours, ppl):
+        layers = {"layer 0 (char CNN)": 50.0, "layer 1 (LSTM 1)": 60.0, "layer 2 (LSTM 2)": 61.0, "mean of layers": 59.0}
+        return {"label": label, "tokens_seen": tokens, "cpu_hours": hours, "gpu_hours": 0.0, "perplexity": ppl,
+                "unigram_perplexity": 500.0, "pos": {"most frequent tag": 89.0, **layers},
+                "wsd": {"most frequent sense": 62.0, **layers}, "demo": {"bank": [0.9, 0.95], "play": [0.95, 0.9]}}
+
+    history = tmp_path / "history.json"
+    # out of order, and a later run that saw fewer tokens per hour: each row still plots left to right
+    history.write_text(json.dumps([record("b", 30e6, 2.0, 90.0), record("a", 20e6, 1.0, 120.0),
+                                   record("c", 25e6, 3.0, 95.0)]), encoding="utf-8")
+    out = tmp_path / "plots" / "quality.png"
+    done = subprocess.run([sys.executable, str(SCRIPTS / "model_history.py"), "plot", str(history), str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps([{"label": "no figures", "tokens_seen": 1e6}]), encoding="utf-8")
+    failed = subprocess.run([sys.executable, str(SCRIPTS / "model_history.py"), "plot", str(broken), str(out)],
+                            capture_output=True, text=True)
+    assert failed.returncode != 0 and "cpu_hours" in failed.stderr
