@@ -1,7 +1,7 @@
 """Does each layer keep the senses of one word apart? A many-sentence version of the ``demo`` words.
 
     python scripts/probe_senses.py ../shared/data/semcor/wsd_corpora_semcor3.0_and_allwords_eval.naf.tar.gz \
-        --word bank:n --word play:v
+        --word bank:n --word play:n
 
 The biLM is frozen. Every occurrence of the word (lemma and part of speech) with a single WordNet
 3.0 sense in the chosen part of the archive is embedded in its sentence; senses seen fewer than
@@ -73,16 +73,17 @@ def main(
     bilm = ElmoBiLM.load(model_dir)
     lines: List[str] = []
     for lemma in lemmas:
-        hits = [(s, inst) for s in sentences for inst in s.instances if inst.lemma == lemma and len(inst.synsets) == 1]
-        counts = Counter(min(inst.synsets) for _, inst in hits)
-        kept = [(s, inst) for s, inst in hits if counts[min(inst.synsets)] >= min_count]
+        hits = [(s, inst, next(iter(inst.synsets))) for s in sentences for inst in s.instances
+                if inst.lemma == lemma and len(inst.synsets) == 1]
+        counts = Counter(sense for _, _, sense in hits)
+        kept = [hit for hit in hits if counts[hit[2]] >= min_count]
+        senses = [sense for _, _, sense in kept]
         name = ":".join(lemma)
-        if len({min(inst.synsets) for _, inst in kept}) < 2:
+        if len(set(senses)) < 2:
             lines += [f"{name}: fewer than two senses with {min_count}+ occurrences in {part}; skipped", ""]
             continue
-        senses = [min(inst.synsets) for _, inst in kept]
         views: Dict[str, List[np.ndarray]] = {}
-        for (_, inst), layers in zip(kept, bilm.embed_sentences([s.words for s, _ in kept])):
+        for (_, inst, _), layers in zip(kept, bilm.embed_sentences([s.words for s, _, _ in kept])):
             for view, v in views_of(layers[:, inst.positions].mean(axis=1)).items():
                 views.setdefault(view, []).append(v)
         top = Counter(senses).most_common()
@@ -97,6 +98,7 @@ def main(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(f"Sense separation with {model_dir.name}\n" + "\n".join(lines), encoding="utf-8")
+
 
 if __name__ == "__main__":
     typer.run(main)
