@@ -236,7 +236,8 @@ def test_init_from_saved_model(trained, wikitext_slice, tmp_path):
     cfg = tiny_config(wikitext_slice, **{"paths.init": str(out), "training.max_steps": 1})
     trainer = Trainer(cfg, tmp_path / "warm", log=lambda s: None)
     for name, value in ElmoBiLM.load(out).state_dict().items():
-        torch.testing.assert_close(trainer.bilm.state_dict()[name], value, rtol=0, atol=0)
+        # the trainer may be on CUDA (device auto); the saved model loads on the CPU
+        torch.testing.assert_close(trainer.bilm.state_dict()[name].cpu(), value, rtol=0, atol=0)
     bad = tiny_config(wikitext_slice, **{"paths.init": str(out), "model.lstm.dim": 64})
     with pytest.raises(ValueError, match="paths.init.*differs from the init model in lstm.dim"):
         Trainer(bad, tmp_path / "bad", log=lambda s: None)

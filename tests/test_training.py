@@ -172,25 +172,49 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     assert not len(elmo.frozen_cache)
 
 
-@pytest.mark.parametrize("cfg", ["ner.cfg", "textcat.cfg"])
-def test_spacy_cli_debug_and_train(cfg, tiny_model_dir, conll, sst, tmp_path):
+def cli_paths(cfg, tiny_model_dir, conll, sst, tmp_path):
+    """``--paths`` overrides of a ``spacy train`` run on the fixture sentences of the task."""
     nlp = spacy.blank("en")
     if cfg == "ner.cfg":
         docs = [ex.reference for ex in ner_examples(nlp, conll)]
     else:
         docs = [ex.reference for ex in textcat_examples(nlp, sst)]
     DocBin(docs=docs).to_disk(tmp_path / "train.spacy")
-    paths = ["--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy"),
-             "--paths.elmo", str(tiny_model_dir)]
-    subprocess.run([sys.executable, "-m", "spacy", "debug", "config", str(CONFIGS / cfg), *paths],
-                   check=True, capture_output=True)
+    return ["--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy"),
+            "--paths.elmo", str(tiny_model_dir)]
+
+
+def spacy_train(cfg, paths, out_dir, *extra):
     out = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg), "--output", str(tmp_path / "out"), *paths,
-         "--training.max_steps", "4", "--training.eval_frequency", "2"],
+        [sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg), "--output", str(out_dir), *paths,
+         "--training.max_steps", "4", "--training.eval_frequency", "2", *extra],
         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("cfg", ["ner.cfg", "textcat.cfg"])
+def test_spacy_cli_debug_and_train(cfg, tiny_model_dir, conll, sst, tmp_path):
+    paths = cli_paths(cfg, tiny_model_dir, conll, sst, tmp_path)
+    subprocess.run([sys.executable, "-m", "spacy", "debug", "config", str(CONFIGS / cfg), *paths],
+                   check=True, capture_output=True)
+    spacy_train(cfg, paths, tmp_path / "out")
     nlp2 = spacy.load(tmp_path / "out" / "model-last")
     assert nlp2.pipe_names[0] == "elmo"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cfg", ["ner.cfg", "textcat.cfg"])
+def test_spacy_train_on_gpu(cfg, tiny_model_dir, conll, sst, tmp_path):
+    """The README's ``spacy train ... --gpu-id 0``: it trains on the GPU (thinc's CupyOps, the
+    biLM on CUDA), and the pipeline it saves loads and runs on the CPU."""
+    pytest.importorskip("cupy")
+    out = spacy_train(cfg, cli_paths(cfg, tiny_model_dir, conll, sst, tmp_path), tmp_path / "out", "--gpu-id", "0")
+    assert "Using GPU: 0" in out.stdout + out.stderr
+    nlp2 = spacy.load(tmp_path / "out" / "model-last")
+    doc = nlp2("Paris is a city in France. It rained.")
+    assert isinstance(doc._.elmo, np.ndarray) and doc._.elmo.dtype == np.float32
+    assert doc._.elmo.shape[1] == len(doc) and np.isfinite(doc._.elmo).all()
 
 
 def test_spacy_package(tiny_model_dir, tmp_path):
