@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.cli.demo import SENSES, sense_similarities
+from spacy_elmo.cli.demo import SENSES, layer_similarities, sense_similarities
 from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
 
 
@@ -43,3 +43,27 @@ def test_same_sense_is_closer(default_nlp, word):
     rows = {w: (same, other) for w, same, other in sense_similarities(default_nlp)}
     same, other = rows[word]
     assert same > other, (word, same, other)
+
+
+def test_similarities_by_layer_and_direction(default_nlp):
+    """Layer 0 is context-free (cosine 1 for the same word anywhere); the LSTM layers are not."""
+    rows = dict(layer_similarities(default_nlp))
+    assert set(rows) == {w for w, *_ in SENSES}
+    for word, parts in rows.items():
+        names = [name for name, _, _ in parts]
+        assert names == ["layer 0", "layer 1 fwd", "layer 1 bwd", "layer 2 fwd", "layer 2 bwd"]
+        assert parts[0][1:] == pytest.approx((1.0, 1.0), abs=1e-6)
+        assert all(-1 <= s < 0.999 and -1 <= o < 0.999 for _, s, o in parts[1:]), (word, parts)
+
+
+def test_demo_by_layer_prints_each_part():
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["demo", "--by-layer"])
+    assert result.exit_code == 0, result.output
+    table = result.output.split("on each layer")[1].splitlines()[1:]
+    assert table[0].split() == ["word", "layer", "0", "layer", "1", "fwd", "layer", "1", "bwd", "layer", "2", "fwd", "layer", "2", "bwd"]
+    assert [line.split()[0] for line in table[1:4]] == ["bank", "play", "bat"]
+    assert all(line.split()[1:4] == ["1.000", "/", "1.000"] for line in table[1:4])
