@@ -53,9 +53,9 @@ def _probe(script: str, args: List[str]) -> Dict[str, float]:
 
 def _demo(model_dir: Path) -> Dict[str, List[float]]:
     sys.path.insert(0, str(HERE.parent))
-    from spacy_elmo.cli.demo import load_nlp, sense_similarities
+    from spacy_elmo.cli.demo import load_nlp, sense_similarities, sense_tokens
 
-    return {word: [round(same, 4), round(other, 4)] for word, same, other in sense_similarities(load_nlp(model_dir))}
+    return {word: [round(same, 4), round(other, 4)] for word, same, other in sense_similarities(sense_tokens(load_nlp(model_dir)))}
 
 
 @app.command("measure")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.cli.demo import SENSES, layer_similarities, sense_similarities
+from spacy_elmo.cli.demo import SENSES, layer_similarities, sense_similarities, sense_tokens
 from spacy_elmo.loaders import DEFAULT_MODEL, MODELS_DIR
 
 
@@ -40,14 +40,14 @@ NOT_YET = pytest.mark.xfail(reason="small shipped model: bank senses not separat
 
 @pytest.mark.parametrize("word", [pytest.param("bank", marks=NOT_YET), "play", "bat"])
 def test_same_sense_is_closer(default_nlp, word):
-    rows = {w: (same, other) for w, same, other in sense_similarities(default_nlp)}
+    rows = {w: (same, other) for w, same, other in sense_similarities(sense_tokens(default_nlp))}
     same, other = rows[word]
     assert same > other, (word, same, other)
 
 
 def test_similarities_by_layer_and_direction(default_nlp):
     """Layer 0 is context-free (cosine 1 for the same word anywhere); the LSTM layers are not."""
-    rows = dict(layer_similarities(default_nlp))
+    rows = dict(layer_similarities(sense_tokens(default_nlp)))
     assert set(rows) == {w for w, *_ in SENSES}
     for word, parts in rows.items():
         names = [name for name, _, _ in parts]

@@ -4,6 +4,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import typer
+from spacy.tokens import Token
 
 from ._app import app, clear_errors
 
@@ -13,9 +14,11 @@ SENSES: List[Tuple[str, str, str, str]] = [
     ("play", "We saw a play at the theatre.", "The actors rehearsed the new play for weeks.", "The children play in the garden."),
     ("bat", "The bat flew out of the cave at night.", "A bat hunts insects in the dark.", "He swung the bat and hit the ball."),
 ]
+# (word, its tokens in those three sentences): what sense_tokens gives
+SenseTokens = Sequence[Tuple[str, Tuple[Token, Token, Token]]]
 
 
-def word_token(nlp, text: str, word: str):
+def word_token(nlp, text: str, word: str) -> Token:
     doc = nlp(text)
     for tok in doc:
         if tok.lower_ == word:
@@ -23,22 +26,20 @@ def word_token(nlp, text: str, word: str):
     raise ValueError(f"'{word}' not found in {text!r}")
 
 
-def word_vector(nlp, text: str, word: str) -> np.ndarray:
-    return word_token(nlp, text, word).vector
+def sense_tokens(nlp, senses: Sequence[Tuple[str, str, str, str]] = SENSES) -> SenseTokens:
+    """For each word: its token in the two same-sense sentences and in the other-sense one
+    (each sentence run through ``nlp`` once, for every table of the demo)."""
+    return [(word, tuple(word_token(nlp, t, word) for t in texts)) for word, *texts in senses]
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
 
-def sense_similarities(nlp, senses: Sequence[Tuple[str, str, str, str]] = SENSES) -> List[Tuple[str, float, float]]:
-    """For each word: cosine(same sense), cosine(other sense), on ``Token.vector``
-    (``doc.tensor``, the mean of the ELMo layers)."""
-    rows = []
-    for word, a, b, other in senses:
-        va, vb, vo = (word_vector(nlp, t, word) for t in (a, b, other))
-        rows.append((word, cosine(va, vb), cosine(va, vo)))
-    return rows
+def sense_similarities(tokens: SenseTokens) -> List[Tuple[str, float, float]]:
+    """For each word of ``sense_tokens``: cosine(same sense), cosine(other sense), on
+    ``Token.vector`` (``doc.tensor``, the mean of the ELMo layers)."""
+    return [(word, cosine(a.vector, b.vector), cosine(a.vector, o.vector)) for word, (a, b, o) in tokens]
 
 
 def layer_parts(n_layers: int, width: int) -> List[Tuple[str, int, slice]]:
@@ -51,15 +52,13 @@ def layer_parts(n_layers: int, width: int) -> List[Tuple[str, int, slice]]:
     return parts
 
 
-def layer_similarities(nlp, senses: Sequence[Tuple[str, str, str, str]] = SENSES) -> List[Tuple[str, List[Tuple[str, float, float]]]]:
-    """For each word and each part of ``layer_parts``: cosine(same sense), cosine(other sense),
-    on the word's rows of ``doc._.elmo``."""
+def layer_similarities(tokens: SenseTokens) -> List[Tuple[str, List[Tuple[str, float, float]]]]:
+    """For each word of ``sense_tokens`` and each part of ``layer_parts``: cosine(same sense),
+    cosine(other sense), on the word's rows of ``doc._.elmo``."""
     rows = []
-    for word, a, b, other in senses:
-        toks = [word_token(nlp, t, word) for t in (a, b, other)]
-        layers = [tok.doc._.elmo[:, tok.i] for tok in toks]
-        parts = layer_parts(*layers[0].shape)
-        rows.append((word, [(name, cosine(layers[0][i, sl], layers[1][i, sl]), cosine(layers[0][i, sl], layers[2][i, sl])) for name, i, sl in parts]))
+    for word, toks in tokens:
+        a, b, o = (tok.doc._.elmo[:, tok.i] for tok in toks)
+        rows.append((word, [(name, cosine(a[i, sl], b[i, sl]), cosine(a[i, sl], o[i, sl])) for name, i, sl in layer_parts(*a.shape)]))
     return rows
 
 
@@ -84,13 +83,14 @@ def demo_cli(
 ) -> None:
     """Show that ELMo vectors tell word senses apart (cosine similarities)."""
     nlp = load_nlp(weights)
+    tokens = sense_tokens(nlp)
     typer.echo(f"{'word':<8}{'same sense':>12}{'other sense':>13}")
-    for word, same, other in sense_similarities(nlp):
+    for word, same, other in sense_similarities(tokens):
         typer.echo(f"{word:<8}{same:>12.3f}{other:>13.3f}{'   ok' if same > other else '   (no)'}")
     for word, a, b, other in SENSES:
         typer.echo(f"  {word}: [{a}] vs [{b}] / [{other}]")
     if by_layer:
-        rows = layer_similarities(nlp)
+        rows = layer_similarities(tokens)
         typer.echo("\nsame / other sense on each layer (fwd, bwd: the LSTM directions)")
         typer.echo(f"{'word':<8}" + "".join(f"{name:>15}" for name, _, _ in rows[0][1]))
         for word, parts in rows:
