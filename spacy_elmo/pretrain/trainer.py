@@ -54,8 +54,8 @@ def learning_rate(step: int, training: Dict[str, Any]) -> float:
 
 
 def cpu_has_native(amp: str) -> bool:
-    """Whether this CPU multiplies in the autocast dtype ``amp`` ("bf16" or "fp16") natively, as
-    oneDNN reports it (AVX-512 BF16 or AMX for bf16, AVX-512 FP16 or AMX-FP16 for fp16)."""
+    """Whether oneDNN, which runs torch's CPU autocast products, supports the dtype ``amp`` ("bf16"
+    or "fp16") on this CPU; without it (an AVX2-only x86 CPU, say) they are emulated, far slower."""
     check = torch.ops.mkldnn._is_mkldnn_bf16_supported if amp == "bf16" else torch.ops.mkldnn._is_mkldnn_fp16_supported
     return bool(check())
 
@@ -86,8 +86,8 @@ class Trainer:
             self.device = torch.device("cpu")
         amp = self.training["amp"]
         if self.device.type == "cpu" and amp != "none" and not cpu_has_native(amp):
-            self.log(f"Warning: training.amp {amp!r} on a CPU without native {amp} products (torch reports "
-                     f"{torch.backends.cpu.get_cpu_capability()}): they are emulated and can be many times "
+            self.log(f"Warning: training.amp {amp!r} on a CPU where oneDNN has no {amp} support (torch reports "
+                     f"{torch.backends.cpu.get_cpu_capability()}): the products are emulated and can be many times "
                      "slower than float32; use training.amp 'none' on this machine")
         self.log(f"Loading the training text {config['paths']['train']}")
         self.train = load_corpus(Path(config["paths"]["train"]), progress=self.rank == 0)
