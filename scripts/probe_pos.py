@@ -88,6 +88,7 @@ def main(
     dev_path: Path = typer.Argument(..., help="CoNLL-2003 dev file"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="spacy-elmo model dir (default: the shipped model)"),
     max_train: int = typer.Option(0, "--max-train", help="use the first N train sentences (0: all)"),
+    max_dev: int = typer.Option(0, "--max-dev", help="score only the first N dev sentences (0: all; a quicker, rougher probe)"),
     epochs: int = typer.Option(5, "--epochs", help="passes of the probe over the train tokens"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
     seed: int = typer.Option(0, "--seed"),
@@ -99,7 +100,7 @@ def main(
 
     if threads:
         torch.set_num_threads(threads)
-    train, dev = read_pos(train_path, max_train), read_pos(dev_path)
+    train, dev = read_pos(train_path, max_train), read_pos(dev_path, max_dev)
     tagset = sorted({t for _, tags in train for t in tags})
     index = {t: i for i, t in enumerate(tagset)}
     y_train = np.array([index[t] for _, tags in train for t in tags], dtype=np.int64)

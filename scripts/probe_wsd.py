@@ -16,8 +16,9 @@ import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 import typer
@@ -80,14 +81,19 @@ def parse_naf(source, name: str = "NAF") -> List[Sentence]:
     return list(sentences.values())
 
 
-def read_archive(path: Path, part: str) -> List[Sentence]:
-    """The sentences of every ``.naf`` file under ``part`` (e.g. ``semcor3.0``) in the wsd_corpora archive."""
-    sentences: List[Sentence] = []
+def iter_archive(path: Path, part: str) -> Iterator[Sentence]:
+    """The sentences of every ``.naf`` file under ``part`` (e.g. ``semcor3.0``) in the wsd_corpora
+    archive, one file parsed at a time (a caller that stops early skips the rest)."""
     with tarfile.open(path, "r:*") as tar:
         for member in tar:
             parts = Path(member.name).parts
             if member.isfile() and member.name.endswith(".naf") and part in parts:
-                sentences.extend(parse_naf(tar.extractfile(member), f"{path.name}:{member.name}"))
+                yield from parse_naf(tar.extractfile(member), f"{path.name}:{member.name}")
+
+
+def read_archive(path: Path, part: str) -> List[Sentence]:
+    """All the sentences of ``iter_archive``; an error if none has a sense annotation."""
+    sentences = list(iter_archive(path, part))
     if not any(s.instances for s in sentences):
         raise ValueError(f"{path}: no sense-annotated words under '{part}'")
     return sentences
@@ -102,6 +108,15 @@ def instance_vectors(bilm, sentences: List[Sentence], chunk: int = 2000) -> Iter
         for sent, layers in zip(batch, bilm.embed_sentences([s.words for s in batch])):
             for inst in sent.instances:
                 yield inst, views_of(layers[:, inst.positions].mean(axis=1))
+
+
+def _holding(sentences: Iterable[Sentence], lemmas: Set[Lemma]) -> Iterator[Sentence]:
+    """The sentences with an annotated word of ``lemmas``, keeping only those words: only the
+    lemmas the test set asks about need sense vectors."""
+    for sent in sentences:
+        sent.instances = [inst for inst in sent.instances if inst.lemma in lemmas]
+        if sent.instances:
+            yield sent
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -127,11 +142,11 @@ def main(
         torch.set_num_threads(threads)
     test = read_archive(archive, test_part)
     test_lemmas = {inst.lemma for s in test for inst in s.instances}
-    train = read_archive(archive, train_part)
-    for sent in train:  # only the lemmas the test set asks about need sense vectors
-        sent.instances = [inst for inst in sent.instances if inst.lemma in test_lemmas]
-    if max_train_sentences:
-        train = [sent for sent in train if sent.instances][:max_train_sentences]
+    # With --max-train-sentences the archive is read only as far as the first N that hold a test lemma.
+    sentences = iter_archive(archive, train_part) if max_train_sentences else read_archive(archive, train_part)
+    train = list(islice(_holding(sentences, test_lemmas), max_train_sentences or None))
+    if not train:
+        raise ValueError(f"{archive}: no sense-annotated word under '{train_part}' has a lemma of {test_part}")
 
     model_dir = weights or MODELS_DIR / DEFAULT_MODEL
     bilm = ElmoBiLM.load(model_dir)
