@@ -142,9 +142,8 @@ def main(
         torch.set_num_threads(threads)
     test = read_archive(archive, test_part)
     test_lemmas = {inst.lemma for s in test for inst in s.instances}
-    # With --max-train-sentences the archive is read only as far as the first N that hold a test lemma.
-    sentences = iter_archive(archive, train_part) if max_train_sentences else read_archive(archive, train_part)
-    train = list(islice(_holding(sentences, test_lemmas), max_train_sentences or None))
+    # Read lazily: with --max-train-sentences, only as far as the first N that hold a test lemma.
+    train = list(islice(_holding(iter_archive(archive, train_part), test_lemmas), max_train_sentences or None))
     if not train:
         raise ValueError(f"{archive}: no sense-annotated word under '{train_part}' has a lemma of {test_part}")
 
