@@ -1,5 +1,6 @@
 """The trainer's parts on their own: batch stream, checkpoint RNG states, signals, loader choice."""
 import json
+import os
 import random
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import REPO
 from spacy_elmo.pretrain.batches import epoch_batches
 from spacy_elmo.pretrain.checkpoint import load_checkpoint, rng_states, save_checkpoint, set_rng_states
 from spacy_elmo.pretrain.signals import StopSignals
@@ -117,3 +119,41 @@ def test_freed_host_memory_is_reused_without_page_faults():
         pytest.skip("not glibc")
     assert min(runs["default"]["faults"][-3:]) > 10_000, runs
     assert max(runs["keep"]["faults"][-3:]) < 1_000, runs  # the first may land where the heap cannot keep it
+
+
+def test_onednn_cache_bound_yields_to_the_users_value(monkeypatch):
+    from spacy_elmo.pretrain.memory import ONEDNN_CACHE_ENV, limit_onednn_cache
+
+    monkeypatch.delenv(ONEDNN_CACHE_ENV, raising=False)
+    assert limit_onednn_cache() == "64" and os.environ[ONEDNN_CACHE_ENV] == "64"
+    monkeypatch.setenv(ONEDNN_CACHE_ENV, "512")
+    assert limit_onednn_cache(8) == "512" and os.environ[ONEDNN_CACHE_ENV] == "512"
+    with pytest.raises(ValueError, match="0 or more"):
+        limit_onednn_cache(-1)
+
+
+def test_pretrain_bounds_the_onednn_cache_before_training(monkeypatch, tmp_path):
+    """The command sets the bound in its own process (before any product), so a run started
+    without the variable gets 64 and one started with it keeps the user's value."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.pretrain.memory import ONEDNN_CACHE_ENV
+
+    words = "the river bank was flooded after rain and we walked along the bank of a stream".split()
+    (tmp_path / "train.txt").write_text("\n".join(" ".join(words[i % 5:i % 5 + 9]) for i in range(60)) + "\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["prepare", str(tmp_path / "train.txt"), "--output", str(tmp_path / "train.npz")])
+    assert result.exit_code == 0, result.output
+    for preset, expected in ((None, "64"), ("256", "256")):
+        if preset is None:
+            monkeypatch.delenv(ONEDNN_CACHE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(ONEDNN_CACHE_ENV, preset)
+        out = tmp_path / f"run_{expected}"
+        result = runner.invoke(app, ["pretrain", str(REPO / "configs" / "pretrain" / "tiny.cfg"), "--output", str(out),
+                                     "--paths.train", str(tmp_path / "train.npz"), "--paths.dev", "null",
+                                     "--vocab.size", "20", "--softmax.cutoffs", "[10]", "--training.max_steps", "1",
+                                     "--training.threads", "1"])
+        assert result.exit_code == 0, result.output
+        assert os.environ[ONEDNN_CACHE_ENV] == expected

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .config import load_pretrain_config
 from .distributed import distributed_from_env
-from .memory import keep_freed_memory
+from .memory import keep_freed_memory, limit_onednn_cache
 from .output import OutputLock, check_output_dir, remove_stale_temp_files
 
 
@@ -23,7 +23,8 @@ def pretrain(config_path: Path, output: Path, overrides: Optional[Dict[str, Any]
     force: write the run's files into a directory that holds other files.
     log: where progress lines go.
 
-    The process keeps freed host memory for reuse from here on (``memory.keep_freed_memory``).
+    The process keeps freed host memory for reuse from here on (``memory.keep_freed_memory``),
+    and bounds oneDNN's primitive cache unless the environment sets it (``memory.limit_onednn_cache``).
     """
     from .trainer import Trainer
 
@@ -31,6 +32,7 @@ def pretrain(config_path: Path, output: Path, overrides: Optional[Dict[str, Any]
     output = Path(output)
     rank0 = int(os.environ.get("RANK", "0")) == 0  # torchrun: only rank 0 writes
     keep_freed_memory()  # a step's large buffers reuse the last step's pages
+    limit_onednn_cache()  # bf16/fp16 products: a bounded cache of compiled shapes
     with contextlib.ExitStack() as stack:
         if rank0:
             check_output_dir(output, force=force)
