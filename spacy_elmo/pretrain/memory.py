@@ -55,7 +55,8 @@ def limit_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> str:
 
     Measured on a 2-core Intel Xeon with AMX (``docs/pretraining.md``, "Memory"): the shipped
     model's shape in bf16 with 32,768-token batches grew past 18 GB by step 180 with oneDNN's
-    default of 1,024, and held 8.2 GB with 64, at the same tokens/s.
+    default of 1,024; with 64 it was at 8.2 GB at step 200 and 12.6 GB at step 400, at the same
+    tokens/s.
     """
     if capacity < 0:
         raise ValueError(f"oneDNN primitive cache capacity must be 0 or more, not {capacity}")
