@@ -18,7 +18,6 @@ with a large ``torch.mm``. Also the cost of building one epoch's batch order at 
 a real corpus (778aaa6 rebuilt it at every step; the trainer now builds it once an epoch).
 """
 import argparse
-import gzip
 import json
 import multiprocessing as mp
 import resource
@@ -35,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reference_pretrain  # noqa: E402
+from text_head import prepare_head  # noqa: E402
 
 PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm",
                "aten::mkldnn_convolution", "aten::convolution_backward")
@@ -212,21 +212,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from spacy_elmo.pretrain.data import prepare_corpus
 
     results: Dict[str, Any] = {"threads": args.threads, "torch": torch.__version__, "presets": []}
     results["gemm_gflops_start"] = gemm_rate()
     with tempfile.TemporaryDirectory() as tmp:
-        with gzip.open(args.data, "rt", encoding="utf-8") as f:
-            lines = [line for _, line in zip(range(args.lines), f)]
-        (Path(tmp) / "wikitext_train.txt").write_text("".join(lines), encoding="utf-8")
-        prepare_corpus([Path(tmp) / "wikitext_train.txt"]).save(Path(tmp) / "train.npz")
+        train = prepare_head(args.data, args.lines, Path(tmp))
         presets = args.presets.split(",")
         steps = [int(n) for n in args.steps.split(",")]
         if len(steps) not in (1, len(presets)):
             parser.error("--steps: one number, or one per preset")
         for preset, n in zip(presets, steps * len(presets) if len(steps) == 1 else steps):
-            results["presets"].append(bench_preset(preset, n, Path(tmp) / "train.npz", Path(tmp), args))
+            results["presets"].append(bench_preset(preset, n, train, Path(tmp), args))
             r = results["presets"][-1]
             print(f"{preset}: {r['tokens_per_s']['reference']:,.0f} -> {r['tokens_per_s']['new']:,.0f} tokens/s "
                   f"({r['ratio']:.2f}x)", file=sys.stderr, flush=True)

@@ -16,7 +16,6 @@ steps after the first. The growth shows with a 16-bit ``--amp`` on a CPU whose o
 16-bit products; in float32 the products mostly bypass oneDNN's cache.
 """
 import argparse
-import gzip
 import json
 import os
 import re
@@ -28,6 +27,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from text_head import prepare_head  # noqa: E402
+
 STEP_LINE = re.compile(r"step (\d+)/\d+ .* ([\d,]+) tokens/s")
 
 
@@ -87,21 +89,9 @@ def main() -> None:
     args = parser.parse_args()
     if not sys.platform.startswith("linux"):
         raise SystemExit("reads resident memory from /proc: Linux only")
-    if not args.data.exists():
-        raise SystemExit(f"text not found: {args.data} (pass --data)")
-    from spacy_elmo.pretrain.data import prepare
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        text = Path(tmp) / "text.txt"
-        opener = gzip.open if args.data.suffix == ".gz" else open
-        with opener(args.data, "rt", encoding="utf8") as src, open(text, "w", encoding="utf8") as dst:
-            for i, line in enumerate(src):
-                if i >= args.lines:
-                    break
-                dst.write(line)
-        corpus = Path(tmp) / "text.npz"
-        prepare([text], corpus)
+        corpus = prepare_head(args.data, args.lines, Path(tmp))
         for label, capacity in (("oneDNN default (1024)", "1024"), ("pretrain's bound", "")):
             start = time.perf_counter()
             rows.append(run_one(label, capacity, corpus, Path(tmp) / f"run{len(rows)}", args))
