@@ -121,6 +121,33 @@ def test_freed_host_memory_is_reused_without_page_faults():
     assert max(runs["keep"]["faults"][-3:]) < 1_000, runs  # the first may land where the heap cannot keep it
 
 
+_HEAP_CHILD = """
+import json, torch
+from spacy_elmo.pretrain.memory import host_memory, keep_freed_memory
+applied = keep_freed_memory()
+start = host_memory()
+block = torch.ones(1 << 26)  # 256 MB, on the heap once mmap is off
+held = host_memory()
+del block
+print(json.dumps({"applied": applied, "start": start, "held": held, "freed": host_memory()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc's mallinfo2")
+def test_host_memory_sees_a_block_held_then_freed_on_the_heap():
+    """``host_memory`` reads the resident size and glibc's heap: a 256 MB block raises the
+    resident memory and the heap; freed, it stays in the heap (never trimmed) as free space."""
+    out = subprocess.run([sys.executable, "-c", _HEAP_CHILD], capture_output=True, text=True, check=True)
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    start, held, freed = run["start"], run["held"], run["freed"]
+    assert held["resident_gb"] - start["resident_gb"] > 0.25, run
+    if not run["applied"] or "heap_gb" not in start:
+        pytest.skip("not glibc 2.33 or later")
+    assert held["heap_gb"] - start["heap_gb"] > 0.25 and held["heap_free_gb"] < 0.1, run
+    assert freed["heap_free_gb"] - held["heap_free_gb"] > 0.25 and freed["heap_gb"] == held["heap_gb"], run
+    assert freed["resident_gb"] > start["resident_gb"] + 0.25, run
+
+
 def test_onednn_cache_bound_yields_to_the_users_value(monkeypatch):
     from spacy_elmo.pretrain.memory import ONEDNN_CACHE_ENV, limit_onednn_cache
 

@@ -14,15 +14,33 @@ products of a bf16 or fp16 run on the CPU go through oneDNN, which keeps a compi
 every shape it has met, up to 1,024 by default. The fused LSTM's per-step products have one row
 count per step of the packed batch, and the set of row counts differs from batch to batch, so the
 cache fills with primitives that are rarely used again.
+
+``host_memory`` reports what the process holds (resident memory, the heap and its free part), for
+the trainer's progress records.
 """
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
+from typing import Dict
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters of glibc's malloc.h
 _M_MMAP_MAX = -4
 _applied = False
+GB = 1e9
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33 and later): every field a ``size_t``."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@functools.lru_cache(maxsize=None)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 def keep_freed_memory() -> bool:
@@ -34,13 +52,33 @@ def keep_freed_memory() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = _libc().mallopt
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, -1))
     return _applied
+
+
+def host_memory() -> Dict[str, float]:
+    """The process's resident memory in GB (``resident_gb``, Linux) and, under glibc, what its
+    heap holds (``heap_gb``: malloc's arenas, which ``keep_freed_memory`` never trims) and how
+    much of that is free for reuse (``heap_free_gb``). A heap whose free part grows while the
+    resident memory grows is fragmented, not leaking. Keys that cannot be read are left out."""
+    found: Dict[str, float] = {}
+    try:
+        with open("/proc/self/statm") as f:
+            found["resident_gb"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GB
+    except (OSError, ValueError, IndexError):
+        return found
+    try:
+        mallinfo2 = _libc().mallinfo2
+    except (OSError, AttributeError):  # not glibc, or glibc before 2.33
+        return found
+    mallinfo2.argtypes, mallinfo2.restype = [], _MallInfo2
+    info = mallinfo2()
+    found["heap_gb"], found["heap_free_gb"] = info.arena / GB, info.fordblks / GB
+    return found
 
 
 ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"

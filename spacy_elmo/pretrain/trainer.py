@@ -34,6 +34,7 @@ from .data import load_corpus
 from .distributed import any_rank, rank_world, sum_over_ranks
 from .init import load_init_weights, read_init, settle_config
 from .loss import BiLMLoss, batch_to, evaluate
+from .memory import host_memory
 from .output import METRICS_NAME, truncate_metrics
 from .signals import StopSignals
 from .stream import BatchStream
@@ -299,12 +300,14 @@ class Trainer:
                 per_step = (time.perf_counter() - run_start) / max(1, self.step - start_step)
                 loss = sum_over_ranks(window_loss, self.device) / max(1, window_count)  # the global batches' mean
                 record = {"step": self.step, "tokens_seen": self.tokens_seen, "loss": loss,
-                          "ppl": math.exp(min(loss, 50.0)), "tokens_per_s": rate, "lr": learning_rate(self.step - 1, self.training)}
+                          "ppl": math.exp(min(loss, 50.0)), "tokens_per_s": rate, "lr": learning_rate(self.step - 1, self.training),
+                          **host_memory()}
                 self._metrics(record)
                 if self.rank == 0:
                     eta = per_step * (max_steps - self.step)
+                    resident = f"  {record['resident_gb']:.1f} GB resident" if "resident_gb" in record else ""
                     self.log(f"step {self.step}/{max_steps}  loss {loss:.3f}  ppl {record['ppl']:.1f}  "
-                             f"{rate:,.0f} tokens/s  lr {record['lr']:.2e}  ETA {eta / 60:.1f} min")
+                             f"{rate:,.0f} tokens/s  lr {record['lr']:.2e}  ETA {eta / 60:.1f} min{resident}")
                 window_loss, window_count, window_tokens, t0 = 0.0, 0, 0, time.perf_counter()
             if self.dev is not None and (self.step % int(self.training["eval_every"]) == 0 or self.step == max_steps):
                 n_eval, model = int(self.training["eval_sentences"]), self.output_model
