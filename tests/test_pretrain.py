@@ -74,7 +74,7 @@ def test_tiny_pretraining_beats_unigram(trained, wikitext_slice):
     assert any("dev_ppl" in r for r in lines) and any("tokens_per_s" in r for r in lines)
     if sys.platform.startswith("linux"):  # each step line records the process's memory
         steps = [r for r in lines if "tokens_per_s" in r]
-        assert all(0.05 < r["resident_gb"] < 64 for r in steps), steps[-1]
+        assert all(0.05 < r["resident_gb"] < 64 and 0.05 < r["peak_resident_gb"] < 64 for r in steps), steps[-1]
         assert all(0 <= r.get("heap_free_gb", 0) <= r.get("heap_gb", 0) < 64 for r in steps), steps[-1]
 
 

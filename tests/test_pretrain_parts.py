@@ -135,12 +135,14 @@ print(json.dumps({"applied": applied, "start": start, "held": held, "freed": hos
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc's mallinfo2")
 def test_host_memory_sees_a_block_held_then_freed_on_the_heap():
-    """``host_memory`` reads the resident size and glibc's heap: a 256 MB block raises the
-    resident memory and the heap; freed, it stays in the heap (never trimmed) as free space."""
+    """``host_memory`` reads the resident size, its peak and glibc's heap: a 256 MB block raises
+    the resident memory, its peak and the heap; freed, it stays in the heap (never trimmed) as
+    free space, and stays resident."""
     out = subprocess.run([sys.executable, "-c", _HEAP_CHILD], capture_output=True, text=True, check=True)
     run = json.loads(out.stdout.strip().splitlines()[-1])
     start, held, freed = run["start"], run["held"], run["freed"]
     assert held["resident_gb"] - start["resident_gb"] > 0.25, run
+    assert freed["peak_resident_gb"] - start["resident_gb"] > 0.25, run
     if not run["applied"] or "heap_gb" not in start:
         pytest.skip("not glibc 2.33 or later")
     assert held["heap_gb"] - start["heap_gb"] > 0.25 and held["heap_free_gb"] < 0.1, run

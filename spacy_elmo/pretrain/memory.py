@@ -15,8 +15,8 @@ every shape it has met, up to 1,024 by default. The fused LSTM's per-step produc
 count per step of the packed batch, and the set of row counts differs from batch to batch, so the
 cache fills with primitives that are rarely used again.
 
-``host_memory`` reports what the process holds (resident memory, the heap and its free part), for
-the trainer's progress records.
+``host_memory`` reports what the process holds (resident memory, its peak, the heap and its free
+part), for the trainer's progress records.
 """
 import ctypes
 import ctypes.util
@@ -61,15 +61,17 @@ def keep_freed_memory() -> bool:
 
 
 def host_memory() -> Dict[str, float]:
-    """The process's resident memory in GB (``resident_gb``, Linux) and, under glibc, what its
-    heap holds (``heap_gb``: malloc's arenas, which ``keep_freed_memory`` never trims) and how
-    much of that is free for reuse (``heap_free_gb``). A heap whose free part grows while the
-    resident memory grows is fragmented, not leaking. Keys that cannot be read are left out."""
+    """The process's memory in GB: resident now (``resident_gb``) and at its peak so far
+    (``peak_resident_gb``, Linux), and under glibc what its heap holds (``heap_gb``: malloc's
+    arenas) and how much of that is free for reuse (``heap_free_gb``). Keys that cannot be read
+    are left out."""
     found: Dict[str, float] = {}
     try:
-        with open("/proc/self/statm") as f:
-            found["resident_gb"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GB
-    except (OSError, ValueError, IndexError):
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS:", "VmHWM:")))
+        found["resident_gb"] = int(fields["VmRSS"].split()[0]) * 1024 / GB
+        found["peak_resident_gb"] = int(fields["VmHWM"].split()[0]) * 1024 / GB
+    except (OSError, ValueError, KeyError, IndexError):
         return found
     try:
         mallinfo2 = _libc().mallinfo2
