@@ -269,7 +269,7 @@ def test_parse_naf_and_archive(tmp_path):
 
 
 def test_wsd_probe_on_shipped_model(shared_dir):
-    """Nearest-sense WSD (senses from the first 4,000 useful sentences of SemCor's brown2 part,
+    """Nearest-sense WSD (senses from the first 2,000 useful sentences of SemCor's brown2 part,
     scored on Senseval-2): the LSTM layers know far more about a word's sense than the
     context-free char-CNN layer."""
     import subprocess
@@ -278,7 +278,7 @@ def test_wsd_probe_on_shipped_model(shared_dir):
     if not archive.exists():
         pytest.skip(f"{archive} not found")
     out = subprocess.run(
-        [sys.executable, str(SCRIPTS / "probe_wsd.py"), str(archive), "--train-part", "brown2", "--max-train-sentences", "4000"],
+        [sys.executable, str(SCRIPTS / "probe_wsd.py"), str(archive), "--train-part", "brown2", "--max-train-sentences", "2000"],
         check=True, capture_output=True, text=True,
     ).stdout
     acc = {line[:30].strip(): float(line[30:].strip().rstrip("%")) for line in out.splitlines() if line.endswith("%")}
