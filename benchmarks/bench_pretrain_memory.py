@@ -10,68 +10,51 @@ Both runs are `python -m spacy_elmo pretrain` in a fresh process, one after the 
 prepared text (the first lines of WikiText-2 train), from the same seed, at the shipped model's
 shape (cell 896, projection 512) unless told otherwise. The first sets
 ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024`` (oneDNN's default) in its environment; the second leaves
-it unset, so `pretrain` applies its own bound. Printed for each: resident memory at the first
-logged step and its peak (the process's high-water mark), and training tokens/s over the logged
-steps after the first. The growth shows with a 16-bit ``--amp`` on a CPU whose oneDNN has native
-16-bit products; in float32 the products mostly bypass oneDNN's cache.
+it unset, so `pretrain` applies its own bound. Printed for each, from the run's own step records
+(``metrics.jsonl``, one record a step): resident memory at the first step, its peak (the process's
+high-water mark at the last step), the free part of the heap at the last step (glibc), and
+training tokens/s over the steps after the first. The growth shows with a 16-bit ``--amp`` on a
+CPU whose oneDNN has native 16-bit products; in float32 the products mostly bypass oneDNN's cache.
 """
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from text_head import prepare_head  # noqa: E402
 
-STEP_LINE = re.compile(r"step (\d+)/\d+ .* ([\d,]+) tokens/s")
+from spacy_elmo.pretrain.memory import ONEDNN_CACHE_ENV  # noqa: E402
+
+RUNS = [("oneDNN default (1024)", "1024"), ("pretrain's bound", "")]  # label, cache capacity ("": unset)
 
 
-def vm_kb(pid: int, field: str) -> int:
-    """``VmRSS`` or ``VmHWM`` of a live process, in kB (0 once it has gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def run_one(label: str, env_capacity: str, corpus: Path, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")  # its step lines as they come
-    env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
-    if env_capacity:
-        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = env_capacity
+def run_one(label: str, capacity: str, corpus: Path, out: Path, args: argparse.Namespace) -> Dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != ONEDNN_CACHE_ENV}
+    if capacity:
+        env[ONEDNN_CACHE_ENV] = capacity
     cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(REPO / "configs" / "pretrain" / "en_cpu.cfg"),
            "--output", str(out), "--paths.train", str(corpus), "--paths.dev", "null",
            "--model.lstm.dim", str(args.dim), "--model.lstm.projection_dim", str(args.projection_dim),
            "--training.batch_tokens", str(args.batch_tokens), "--training.max_steps", str(args.steps),
            "--training.log_every", "1", "--training.checkpoint_every", str(args.steps + 1),
            "--training.threads", str(args.threads), "--training.amp", args.amp, "--training.seed", "0"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    rates: List[float] = []
-    first_rss = peak = 0
-    for line in proc.stdout:  # type: ignore[union-attr]
-        match = STEP_LINE.search(line)
-        if match:
-            step = int(match.group(1))
-            peak = max(peak, vm_kb(proc.pid, "VmHWM"))
-            if step == 1:
-                first_rss = vm_kb(proc.pid, "VmRSS")
-            else:
-                rates.append(float(match.group(2).replace(",", "")))
-            print(f"  {label}: step {step}  resident {vm_kb(proc.pid, 'VmRSS') / 2**20:.2f} GB", file=sys.stderr)
-    if proc.wait() != 0:
-        raise SystemExit(f"the {label} run failed (exit {proc.returncode}): {' '.join(cmd)}")
-    return {"run": label, "first_step_gb": first_rss / 2**20, "peak_gb": peak / 2**20,
+    print(f"{label}: {ONEDNN_CACHE_ENV}={capacity or '(unset)'}", file=sys.stderr)
+    if subprocess.run(cmd, env=env).returncode != 0:
+        raise SystemExit(f"the {label} run failed: {' '.join(cmd)}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "tokens_per_s" in r]
+    if not steps or "resident_gb" not in steps[0]:
+        raise SystemExit(f"the {label} run's records carry no resident memory (Linux only)")
+    rates = [r["tokens_per_s"] for r in steps[1:]]
+    return {"run": label, "first_step_gb": steps[0]["resident_gb"], "peak_gb": steps[-1]["peak_resident_gb"],
+            "heap_free_gb": steps[-1].get("heap_free_gb", float("nan")),
             "tokens_per_s": sum(rates) / max(1, len(rates))}
 
 
@@ -92,7 +75,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus = prepare_head(args.data, args.lines, Path(tmp))
-        for label, capacity in (("oneDNN default (1024)", "1024"), ("pretrain's bound", "")):
+        for label, capacity in RUNS:
             start = time.perf_counter()
             rows.append(run_one(label, capacity, corpus, Path(tmp) / f"run{len(rows)}", args))
             rows[-1]["seconds"] = time.perf_counter() - start
@@ -101,9 +84,10 @@ def main() -> None:
     print(f"\n{args.steps} steps of {args.batch_tokens:,} tokens, cell {args.dim} / projection "
           f"{args.projection_dim}, amp {args.amp}, {args.threads} thread(s), torch {torch.__version__}, "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
-    print(f"{'run':<24}{'resident at step 1':>20}{'peak resident':>16}{'tokens/s':>11}")
+    print(f"{'run':<24}{'resident at step 1':>20}{'peak resident':>16}{'heap free at end':>19}{'tokens/s':>11}")
     for row in rows:
-        print(f"{row['run']:<24}{row['first_step_gb']:>17.2f} GB{row['peak_gb']:>13.2f} GB{row['tokens_per_s']:>11,.0f}")
+        print(f"{row['run']:<24}{row['first_step_gb']:>17.2f} GB{row['peak_gb']:>13.2f} GB"
+              f"{row['heap_free_gb']:>16.2f} GB{row['tokens_per_s']:>11,.0f}")
     base, new = rows
     print(f"peak ratio (default / bound): {base['peak_gb'] / max(new['peak_gb'], 1e-9):.2f}; "
           f"tokens/s ratio (bound / default): {new['tokens_per_s'] / max(base['tokens_per_s'], 1e-9):.2f}")
