@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from text_head import prepare_head  # noqa: E402
 
 from spacy_elmo.pretrain.memory import ONEDNN_CACHE_ENV  # noqa: E402
+from spacy_elmo.pretrain.output import METRICS_NAME  # noqa: E402
 
 RUNS = [("oneDNN default (1024)", "1024"), ("pretrain's bound", "")]  # label, cache capacity ("": unset)
 
@@ -48,7 +49,7 @@ def run_one(label: str, capacity: str, corpus: Path, out: Path, args: argparse.N
     print(f"{label}: {ONEDNN_CACHE_ENV}={capacity or '(unset)'}", file=sys.stderr)
     if subprocess.run(cmd, env=env).returncode != 0:
         raise SystemExit(f"the {label} run failed: {' '.join(cmd)}")
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (out / METRICS_NAME).read_text().splitlines()]
     steps = [r for r in records if "tokens_per_s" in r]
     if not steps or "resident_gb" not in steps[0]:
         raise SystemExit(f"the {label} run's records carry no resident memory (Linux only)")
