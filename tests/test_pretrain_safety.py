@@ -198,6 +198,12 @@ def test_export_keeps_dot_files_refuses_files_and_overwrites_only_with_force(mod
     assert code == 1 and "--force" in one_error_line(output)
     code, output = cli("export", out, out, "--format", "elmo", "--half", "--force")  # into its own directory
     assert code == 0 and (out / ".env").exists() and json.loads((out / "config.json").read_text())["dtype"] == "float16"
+    code, output = cli("export", model, tmp_path / "int8", "--format", "elmo", "--dtype", "int8")
+    assert code == 0 and json.loads((tmp_path / "int8" / "config.json").read_text())["dtype"] == "int8"
+    for args, message in [(("--dtype", "int8"), "--half and --dtype are for --format elmo"),
+                          (("--format", "elmo", "--dtype", "int4"), "unknown weights dtype 'int4'")]:
+        code, output = cli("export", model, tmp_path / "bad", *args)
+        assert code == 1 and message in one_error_line(output) and not (tmp_path / "bad").exists()
     (tmp_path / "file").write_text("precious")
     for fmt in ("elmo", "allennlp"):
         code, output = cli("export", model, tmp_path / "file", "--format", fmt)

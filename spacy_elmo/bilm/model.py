@@ -21,6 +21,7 @@ from .serialize import (
     save_model_dir,
     state_from_bytes,
     state_to_bytes,
+    storage_dtype,
     write_model_files,
 )
 from .softmax import build_softmax
@@ -263,9 +264,10 @@ class ElmoBiLM(nn.Module):
         check_state(state, self.state_dict(), source)
         self.load_state_dict({k: v.float() for k, v in state.items()})
 
-    def to_bytes(self, *, half: bool = False) -> bytes:
-        """The whole module as bytes (safetensors with the config in its metadata)."""
-        return state_to_bytes(self.state_dict(), half, config=self.config)
+    def to_bytes(self, *, half: bool = False, dtype: Optional[str] = None) -> bytes:
+        """The whole module as bytes (safetensors with the config in its metadata); weights
+        in ``dtype`` ("float32", "float16" or "int8"; ``half`` is "float16")."""
+        return state_to_bytes(self.state_dict(), storage_dtype(half, dtype), config=self.config)
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "ElmoBiLM bytes") -> "ElmoBiLM":
@@ -286,16 +288,21 @@ class ElmoBiLM(nn.Module):
         """Write ``options.json`` + ``weights.hdf5`` in the published layout."""
         write_allennlp(self.config, self.state_dict(), Path(out_dir))
 
-    def save(self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
+    def save(
+        self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False, dtype: Optional[str] = None
+    ) -> None:
         """Write the project's own format: ``config.json``, ``model.safetensors``
-        and (with a softmax) ``vocab.txt``. The directory is replaced atomically; its other
-        files (e.g. a model card README.md) are kept."""
-        save_model_dir(Path(path), self.config, self.state_dict(), vocab=vocab, half=half)
+        and (with a softmax) ``vocab.txt``, weights in ``dtype`` ("float32", "float16" or
+        "int8", see ``bilm.int8``; ``half`` is "float16"). The directory is replaced
+        atomically; its other files (e.g. a model card README.md) are kept."""
+        save_model_dir(Path(path), self.config, self.state_dict(), vocab=vocab, dtype=storage_dtype(half, dtype))
 
-    def write_files(self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False) -> None:
+    def write_files(
+        self, path: PathLike, *, vocab: Optional[Sequence[str]] = None, half: bool = False, dtype: Optional[str] = None
+    ) -> None:
         """Like ``save``, but into a directory that keeps its other files (e.g. the
         checkpoints of a pretraining run), each model file replaced atomically."""
-        write_model_files(Path(path), self.config, self.state_dict(), vocab=vocab, half=half)
+        write_model_files(Path(path), self.config, self.state_dict(), vocab=vocab, dtype=storage_dtype(half, dtype))
 
     @classmethod
     def load(cls, path: PathLike) -> "ElmoBiLM":

@@ -16,8 +16,10 @@ import torch
 from ..util.atomic import atomic_write_bytes
 from .config import BiLMConfig
 from .errors import OptionsError, WeightsError
+from .int8 import dequantize_state, quantize_state
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest this version reads; files are written at the oldest that holds them
+INT8_FORMAT_VERSION = 2  # int8 weights with scales (older readers would see unknown tensors)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 VOCAB_NAME = "vocab.txt"
@@ -27,27 +29,63 @@ SHA256_METADATA_KEY = "spacy_elmo.tensors_sha256"  # tensors_sha256 of the blob'
 CONFIG_SHA256_KEY = "weights_sha256"  # in config.json: sha256 of the model.safetensors bytes
 
 State = Dict[str, torch.Tensor]
+# How weights may be stored: "int8" is int8 matrices with float32 scales (``bilm.int8``)
+STORAGE_DTYPES = ("float32", "float16", "int8")
 
 
-def state_to_bytes(state: Mapping[str, torch.Tensor], half: bool = False, config: Optional[BiLMConfig] = None) -> bytes:
-    """A state dict as safetensors bytes (float16 with ``half``); with ``config``, the
-    blob carries it in its metadata and so describes itself."""
+def check_storage_dtype(dtype: object, where: str = "model files") -> str:
+    """``dtype`` if it is one of ``STORAGE_DTYPES``, else a ValueError naming ``where``."""
+    if not isinstance(dtype, str) or dtype not in STORAGE_DTYPES:
+        raise ValueError(f"{where}: unknown weights dtype {dtype!r} (expected one of {', '.join(STORAGE_DTYPES)})")
+    return dtype
+
+
+def format_version(dtype: str) -> int:
+    """The format_version a model stored in ``dtype`` is written with: 1, or
+    ``INT8_FORMAT_VERSION`` for int8, so that older readers refuse it by name."""
+    return INT8_FORMAT_VERSION if dtype == "int8" else 1
+
+
+def storage_dtype(half: bool = False, dtype: Optional[str] = None) -> str:
+    """The storage dtype that ``half`` (float16, the older flag) and ``dtype`` ask for;
+    a ValueError when they disagree."""
+    if dtype is None:
+        return "float16" if half else "float32"
+    check_storage_dtype(dtype)
+    if half and dtype != "float16":
+        raise ValueError(f"half=True asks for float16 weights but dtype is {dtype!r}; give one of them")
+    return dtype
+
+
+def stored_tensors(state: Mapping[str, torch.Tensor], dtype: str = "float32") -> State:
+    """The tensors of a state dict as they are stored in ``dtype`` (contiguous, on the CPU)."""
+    check_storage_dtype(dtype)
+    if dtype == "int8":
+        state = quantize_state(state)
+        return {k: v.contiguous().cpu() for k, v in state.items()}
+    torch_dtype = torch.float16 if dtype == "float16" else torch.float32
+    return {k: v.detach().to(torch_dtype).contiguous().cpu() for k, v in state.items()}
+
+
+def state_to_bytes(state: Mapping[str, torch.Tensor], dtype: str = "float32", config: Optional[BiLMConfig] = None) -> bytes:
+    """A state dict as safetensors bytes with weights in ``dtype`` (``STORAGE_DTYPES``); with
+    ``config``, the blob carries it in its metadata and so describes itself."""
     from safetensors.torch import save
 
-    dtype = torch.float16 if half else torch.float32
-    tensors = {k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}
+    tensors = stored_tensors(state, dtype)
     metadata = None
     if config is not None:
         metadata = {
             CONFIG_METADATA_KEY: json.dumps(config.to_dict()),
-            "format_version": str(FORMAT_VERSION),
+            "format_version": str(format_version(dtype)),
             SHA256_METADATA_KEY: tensors_sha256(tensors),
         }
     return save(tensors, metadata=metadata)
 
 
 def state_from_bytes(data: bytes, source: str) -> State:
-    """The tensors of safetensors bytes; WeightsError names ``source`` if they are not."""
+    """The tensors of safetensors bytes (int8 ones dequantized to float32); WeightsError
+    names ``source`` if they are not readable."""
     from safetensors.torch import load
 
     try:
@@ -57,7 +95,7 @@ def state_from_bytes(data: bytes, source: str) -> State:
             f"{source}: not a readable safetensors file (damaged or truncated header?): {err}"
         ) from None
     verify_sha256(tensors_sha256(state), _metadata(data).get(SHA256_METADATA_KEY), source, "stored sha256")
-    return state
+    return dequantize_state(state, source)
 
 
 def _metadata(data: bytes) -> Dict[str, str]:
@@ -125,15 +163,15 @@ def verify_sha256(actual: str, expected: Any, source: str, what: str) -> None:
 
 
 def model_file_bytes(
-    config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]], half: bool
+    config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]], dtype: str
 ) -> List[Tuple[str, bytes]]:
     """The model files' names and contents, config.json last."""
     if config.vocab_size and vocab is not None and len(vocab) != config.vocab_size:
         raise ValueError(f"vocab has {len(vocab)} words but the softmax has {config.vocab_size}")
     data = config.to_dict()
-    data["format_version"] = FORMAT_VERSION
-    data["dtype"] = "float16" if half else "float32"
-    weights = state_to_bytes(state, half)
+    data["format_version"] = format_version(check_storage_dtype(dtype))
+    data["dtype"] = dtype
+    weights = state_to_bytes(state, dtype)
     data[CONFIG_SHA256_KEY] = hashlib.sha256(weights).hexdigest()
     files = [(WEIGHTS_NAME, weights)]
     if vocab is not None:
@@ -143,14 +181,15 @@ def model_file_bytes(
 
 
 def save_model_dir(
-    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None, half: bool = False
+    path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None,
+    dtype: str = "float32",
 ) -> None:
     """Write a model directory: each model file replaced atomically, config.json (which
     holds the weights' checksum) last; stale model files are removed, every other file of
     the directory (a model card, dot-files such as ``.git``) is kept."""
     path = Path(path)
-    files = model_file_bytes(config, state, vocab, half)
-    write_model_files(path, config, state, vocab=vocab, half=half, files=files)
+    files = model_file_bytes(config, state, vocab, dtype)
+    write_model_files(path, config, state, vocab=vocab, dtype=dtype, files=files)
     written = {name for name, _ in files}
     for name in MODEL_FILES:
         if name not in written and (path / name).is_file():
@@ -159,7 +198,7 @@ def save_model_dir(
 
 def write_model_files(
     path: Path, config: BiLMConfig, state: Mapping[str, torch.Tensor], vocab: Optional[Sequence[str]] = None,
-    half: bool = False, files: Optional[List[Tuple[str, bytes]]] = None,
+    dtype: str = "float32", files: Optional[List[Tuple[str, bytes]]] = None,
 ) -> None:
     """Write the model files into a directory, keeping its other files (e.g.
     checkpoints); each file is written atomically, config.json last."""
@@ -167,7 +206,7 @@ def write_model_files(
     if path.exists() and not path.is_dir():
         raise OSError(f"{path} is a file, not a model directory")
     path.mkdir(parents=True, exist_ok=True)
-    for name, data in files if files is not None else model_file_bytes(config, state, vocab, half):
+    for name, data in files if files is not None else model_file_bytes(config, state, vocab, dtype):
         atomic_write_bytes(path / name, data)
 
 
@@ -196,7 +235,8 @@ def _config_from_json_text(text: str, version: Any, source: str) -> BiLMConfig:
 
 
 def read_model_dir(path: Path) -> Tuple[BiLMConfig, State]:
-    """Config and tensors (as stored: float32 or float16) of a model directory."""
+    """Config and tensors of a model directory (float32 or float16 as stored; int8 ones
+    dequantized to float32)."""
     config = read_config(path)
     weights = Path(path) / WEIGHTS_NAME
     if not weights.exists():
