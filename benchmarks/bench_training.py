@@ -43,7 +43,6 @@ def read_conll(path: Path, limit: int) -> List[Tuple[List[str], List[str]]]:
 
 
 def epoch_times(cfg: str, sents, epochs: int, overrides) -> List[float]:
-    import spacy
     from spacy.tokens import Doc
     from spacy.training import Example
     from spacy.util import load_config, load_model_from_config, minibatch

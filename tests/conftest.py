@@ -1,4 +1,5 @@
 import gzip
+import json
 import os
 from pathlib import Path
 from typing import List
@@ -86,6 +87,17 @@ def tiny_dir(tmp_path_factory) -> Path:
     from make_tiny import write_tiny
 
     return write_tiny(tmp_path_factory.mktemp("tiny_allennlp"))
+
+
+def tiny_sentences(tiny_dir: Path) -> List[List[str]]:
+    """The tokenized sentences of the tiny fixture (its sentences.json)."""
+    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def sentences(tiny_dir: Path) -> List[List[str]]:
+    """``tiny_sentences`` of ``tiny_dir``: the sentences of the golden outputs."""
+    return tiny_sentences(tiny_dir)
 
 
 def english_lines(split: str, n: int) -> List[str]:

@@ -24,11 +24,6 @@ def expected(golden_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def sentences(tiny_dir: Path) -> List[List[str]]:
-    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
 def bilm(tiny_bilm: ElmoBiLM, device: torch.device) -> ElmoBiLM:
     """``tiny_bilm`` on the test device (a copy on CUDA with ``pytest --gpu``)."""
     return tiny_bilm if device.type == "cpu" else copy.deepcopy(tiny_bilm).to(device)

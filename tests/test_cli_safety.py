@@ -6,7 +6,6 @@ import sys
 
 import h5py
 import numpy as np
-import pytest
 import spacy
 from typer.testing import CliRunner
 

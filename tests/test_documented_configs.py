@@ -8,7 +8,6 @@ import pkgutil
 import re
 import textwrap
 import typing
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import catalogue

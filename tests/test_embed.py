@@ -1,7 +1,6 @@
 """``embed``: AllenNLP's HDF5 layout, vectors equal to the component's, resume after
 a real kill, bad input, worker processes, the DocBin mode."""
 import json
-import os
 import signal
 import subprocess
 import sys

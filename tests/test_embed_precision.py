@@ -10,7 +10,7 @@ from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.embed import EmbedSettings, embed_docbin, embed_file
+from spacy_elmo.embed import EmbedSettings, embed_docbin
 from spacy_elmo.embed.hdf5 import META_ATTR
 from spacy_elmo.embed.shards import ShardIndex
 from test_embed import SAME, corpus, write_lines

@@ -1,7 +1,6 @@
 """The GPU paths of the biLM and the glue. The CUDA tests run with ``pytest --gpu`` on a
 machine with CUDA (the golden outputs need the shared fixtures); the device tests of the
 other modules run there too (``pytest --gpu -m gpu``)."""
-import json
 
 import numpy as np
 import pytest
@@ -15,11 +14,6 @@ CUDA = pytest.mark.cuda
 @pytest.fixture(scope="module")
 def expected(golden_dir):
     return np.load(golden_dir / "expected.npz")
-
-
-@pytest.fixture(scope="module")
-def sentences(tiny_dir):
-    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
 
 
 def _tf32_state():

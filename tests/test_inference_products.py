@@ -2,7 +2,6 @@
 exact against the golden fixture and the plain products, in any batch, and its
 reordered weights follow the parameters."""
 import gc
-import json
 import weakref
 from pathlib import Path
 from typing import List
@@ -14,6 +13,8 @@ import torch
 from spacy_elmo.bilm import ElmoBiLM, products
 from spacy_elmo.bilm.lstm import ProjectedLstmLayer
 
+from conftest import tiny_sentences
+
 pytestmark = pytest.mark.skipif(not products.onednn_available(), reason="torch without oneDNN")
 
 
@@ -21,10 +22,6 @@ pytestmark = pytest.mark.skipif(not products.onednn_available(), reason="torch w
 def force_onednn(monkeypatch):
     """Use the oneDNN products for every float32 CPU layer, the tiny fixture's too."""
     monkeypatch.setattr(products, "ONEDNN_MIN_WEIGHTS", 0)
-
-
-def sentences(tiny_dir: Path) -> List[List[str]]:
-    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
 
 
 def test_default_kind_by_size(tiny_bilm: ElmoBiLM) -> None:
@@ -40,14 +37,14 @@ def test_onednn_matches_golden_fixture(tiny_bilm: ElmoBiLM, golden_dir: Path, ti
     expected = np.load(golden_dir / "expected.npz")
     tiny_bilm.set_token_cache(0)
     try:
-        for i, acts in enumerate(tiny_bilm.embed_sentences(sentences(tiny_dir))):
+        for i, acts in enumerate(tiny_bilm.embed_sentences(tiny_sentences(tiny_dir))):
             np.testing.assert_allclose(acts, expected[f"activations_{i:02d}"], atol=1e-5, rtol=1e-5)
     finally:
         tiny_bilm.set_token_cache(1000)
 
 
 def test_onednn_same_sentence_in_any_batch(tiny_bilm: ElmoBiLM, tiny_dir: Path, force_onednn) -> None:
-    sents = sentences(tiny_dir)
+    sents = tiny_sentences(tiny_dir)
     target = sents[3]
     alone = tiny_bilm.embed_sentences([target])[0]
     for company in ([sents[0], target], sents[::-1], [sents[4] * 3, target, sents[4] * 3], [target] * 40):

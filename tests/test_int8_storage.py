@@ -16,11 +16,6 @@ from spacy_elmo.bilm.serialize import CONFIG_METADATA_KEY, state_from_bytes
 from spacy_elmo.export import export
 
 
-@pytest.fixture(scope="module")
-def sentences(tiny_dir: Path):
-    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
-
-
 def test_quantize_is_within_half_a_step_and_keeps_zero_slices() -> None:
     gen = torch.Generator().manual_seed(0)
     value = torch.randn(3, 40, 70, generator=gen) * torch.linspace(0.01, 5, 70)  # scales differ by column

@@ -1,8 +1,6 @@
 """The ``precision`` setting of ElmoBiLM and the ``elmo`` component: validation, int8
 close to float32, float32 untouched."""
-import json
 from pathlib import Path
-from typing import List
 
 import numpy as np
 import pytest
@@ -11,11 +9,7 @@ import torch
 from spacy_elmo.bilm import ElmoBiLM
 from spacy_elmo.bilm.precision import check_device
 
-from conftest import make_elmo_nlp
-
-
-def sentences(tiny_dir: Path) -> List[List[str]]:
-    return json.loads((tiny_dir / "sentences.json").read_text(encoding="utf-8"))
+from conftest import make_elmo_nlp, tiny_sentences
 
 
 def token_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -41,7 +35,7 @@ def test_int8_needs_the_cpu() -> None:
 
 
 def test_int8_is_close_to_float32(tiny_fresh: ElmoBiLM, tiny_dir: Path) -> None:
-    sents = sentences(tiny_dir)
+    sents = tiny_sentences(tiny_dir)
     exact = tiny_fresh.embed_sentences(sents)
     tiny_fresh.precision = "int8"
     quantized = tiny_fresh.embed_sentences(sents)
@@ -56,7 +50,7 @@ def test_int8_is_close_to_float32(tiny_fresh: ElmoBiLM, tiny_dir: Path) -> None:
 
 
 def test_int8_applies_to_inference_only(tiny_fresh: ElmoBiLM, tiny_dir: Path) -> None:
-    sents = sentences(tiny_dir)[:3]
+    sents = tiny_sentences(tiny_dir)[:3]
     ids, lengths = tiny_fresh.char_ids(sents), [len(s) for s in sents]
     with torch.no_grad():
         exact = tiny_fresh(ids, lengths)
@@ -70,7 +64,7 @@ def test_int8_applies_to_inference_only(tiny_fresh: ElmoBiLM, tiny_dir: Path) ->
 def test_component_precision(tiny_dir: Path) -> None:
     with pytest.raises(ValueError, match="elmo component 'elmo': unknown precision 'int4'"):
         make_elmo_nlp(tiny_dir, precision="int4")
-    words = sentences(tiny_dir)[0]
+    words = tiny_sentences(tiny_dir)[0]
     exact = make_elmo_nlp(tiny_dir)(" ".join(words))._.elmo
     nlp = make_elmo_nlp(tiny_dir, precision="int8")
     assert nlp.get_pipe("elmo").bilm.precision == "int8"
@@ -84,7 +78,7 @@ def test_component_precision(tiny_dir: Path) -> None:
 def test_reduced_precision_needs_cuda(tiny_fresh: ElmoBiLM, tiny_dir: Path, precision: str) -> None:
     tiny_fresh.precision = precision  # allowed: the biLM may move to a GPU later
     with pytest.raises(ValueError, match=f"precision '{precision}' is for CUDA GPUs, but the biLM is on cpu"):
-        tiny_fresh.embed_sentences(sentences(tiny_dir)[:2])
+        tiny_fresh.embed_sentences(tiny_sentences(tiny_dir)[:2])
     with pytest.raises(ValueError, match="is for CUDA GPUs"):
         check_device(precision, torch.device("cpu"))
     check_device(precision, torch.device("cuda"))
@@ -100,7 +94,7 @@ def test_component_reduced_precision_on_cpu_is_an_error(tiny_dir: Path) -> None:
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_reduced_precision_on_cuda(tiny_dir: Path, precision: str) -> None:
     bilm = ElmoBiLM.from_allennlp(tiny_dir / "options.json", tiny_dir / "weights.hdf5").cuda()
-    sents = sentences(tiny_dir)
+    sents = tiny_sentences(tiny_dir)
     exact = bilm.embed_sentences(sents)
     bilm.precision = precision
     low = bilm.embed_sentences(sents)

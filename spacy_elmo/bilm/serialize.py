@@ -168,10 +168,10 @@ def model_file_bytes(
     """The model files' names and contents, config.json last."""
     if config.vocab_size and vocab is not None and len(vocab) != config.vocab_size:
         raise ValueError(f"vocab has {len(vocab)} words but the softmax has {config.vocab_size}")
+    weights = state_to_bytes(state, dtype)  # a ValueError first if dtype is unknown
     data = config.to_dict()
-    data["format_version"] = format_version(check_storage_dtype(dtype))
+    data["format_version"] = format_version(dtype)
     data["dtype"] = dtype
-    weights = state_to_bytes(state, dtype)
     data[CONFIG_SHA256_KEY] = hashlib.sha256(weights).hexdigest()
     files = [(WEIGHTS_NAME, weights)]
     if vocab is not None:
