@@ -40,7 +40,8 @@ TENSOR_VIEWS = ("mean", "top", "none")
 DEFAULT_CONFIG = Config().from_str(
     """
 [model]
-@architectures = "spacy-elmo.ElmoModel.v1"
+@architectures = "spacy-elmo.ElmoModel.v2"
+storage_dtype = "float32"
 """
 )
 
@@ -76,7 +77,7 @@ def make_elmo(
 ) -> "Elmo":
     """The ELMo component.
 
-    model: the biLM model (``spacy-elmo.ElmoModel.v1``; weights come from the loader
+    model: the biLM model (``spacy-elmo.ElmoModel.v2``; weights come from the loader
         in ``[initialize.components.elmo.loader]``).
     frozen: keep the biLM fixed (the paper's setting): no gradient, no optimizer state.
         False fine-tunes it with the downstream tasks.

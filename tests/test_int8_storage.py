@@ -117,3 +117,49 @@ def test_int8_dir_in_a_pipeline_saves_and_loads_exactly(tiny_bilm: ElmoBiLM, tmp
     nlp.to_disk(tmp_path / "pipeline")
     after = spacy.load(tmp_path / "pipeline")(text)
     np.testing.assert_array_equal(before._.elmo, after._.elmo)
+
+
+def _saved_pipeline(weights: Path, out: Path, storage_dtype: str):
+    """A pipeline with an ``elmo`` (ElmoModel.v2 storing its biLM in ``storage_dtype``)
+    initialised from ``weights``, saved to ``out``; (pipeline, size of the elmo model file)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.ElmoModel.v2", "storage_dtype": storage_dtype}})
+    nlp.config["initialize"]["components"]["elmo"] = {"loader": {"@misc": "spacy-elmo.ElmoLoader.v1", "path": str(weights)}}
+    nlp.initialize()
+    nlp.to_disk(out)
+    return nlp, (out / "elmo" / "model").stat().st_size
+
+
+def test_pipeline_storage_dtype(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
+    """ElmoModel.v2's storage_dtype: float16 is exact for float16 weights and half the
+    size; int8 is smaller still, close, and saving it again changes nothing."""
+    import spacy
+
+    tiny_bilm.save(tmp_path / "half", dtype="float16")
+    text = "The river bank by the café was flooded 🙂"
+    sizes, vectors = {}, {}
+    for dtype in ("float32", "float16", "int8"):
+        nlp, sizes[dtype] = _saved_pipeline(tmp_path / "half", tmp_path / dtype, dtype)
+        before = nlp(text)._.elmo
+        loaded = spacy.load(tmp_path / dtype)
+        assert loaded.get_pipe("elmo").model.attrs["storage_dtype"] == dtype
+        vectors[dtype] = loaded(text)._.elmo
+        if dtype != "int8":
+            np.testing.assert_array_equal(before, vectors[dtype])
+    assert sizes["int8"] < 0.62 * sizes["float16"] and sizes["float16"] < 0.51 * sizes["float32"], sizes
+    cos = (vectors["int8"] * vectors["float32"]).sum(-1) / (
+        np.linalg.norm(vectors["int8"], axis=-1) * np.linalg.norm(vectors["float32"], axis=-1))
+    assert cos.min() > 0.98 and not np.array_equal(vectors["int8"], vectors["float32"])
+    # a loaded int8 pipeline saved again keeps the same weights (quantizing is idempotent)
+    spacy.load(tmp_path / "int8").to_disk(tmp_path / "again")
+    np.testing.assert_array_equal(spacy.load(tmp_path / "again")(text)._.elmo, vectors["int8"])
+
+
+def test_unknown_storage_dtype_is_named() -> None:
+    import spacy
+
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="ElmoModel.v2 storage_dtype: unknown weights dtype 'bfloat16'"):
+        nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.ElmoModel.v2", "storage_dtype": "bfloat16"}})

@@ -1,9 +1,9 @@
-"""``spacy-elmo.ElmoModel.v1``: the biLM as a Thinc model, Docs in, all layers out.
+"""``spacy-elmo.ElmoModel.v2`` (and v1): the biLM as a Thinc model, Docs in, all layers out.
 
 The model is built without weights (shapes come from the weights, loaded at
 ``nlp.initialize`` by the component's loader). Its bytes are ``ElmoBiLM.to_bytes``,
 which carry the biLM's config next to its tensors, so a saved pipeline rebuilds the
-same biLM.
+same biLM; v2 chooses the dtype those tensors are stored in.
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
@@ -18,7 +18,7 @@ from torch import nn
 
 from ..bilm import BiLMConfig, ElmoBiLM, WeightsError
 from ..bilm.chars import tokens_to_char_ids
-from ..bilm.serialize import state_from_bytes
+from ..bilm.serialize import check_storage_dtype, state_from_bytes
 from ..segmentation import batch_segments
 from .torch_shim import TorchModuleShim, torch_module
 from .types import ElmoModelT
@@ -36,8 +36,11 @@ class NoWeights(nn.Module):
         )
 
 
-def _serialize(module: nn.Module) -> bytes:
-    return module.to_bytes() if isinstance(module, ElmoBiLM) else b""
+def _serializer(storage_dtype: str) -> Callable[[nn.Module], bytes]:
+    def serialize(module: nn.Module) -> bytes:
+        return module.to_bytes(dtype=storage_dtype) if isinstance(module, ElmoBiLM) else b""
+
+    return serialize
 
 
 def _deserialize(module: nn.Module, data: bytes, device: torch.device) -> nn.Module:
@@ -71,31 +74,49 @@ def _from_legacy_bytes(data: bytes) -> Optional[nn.Module]:
     return bilm
 
 
-def _make_shim(module: nn.Module) -> TorchModuleShim:
-    return TorchModuleShim(module, serialize_model=_serialize, deserialize_model=_deserialize)
+def _make_shim(module: nn.Module, storage_dtype: str) -> TorchModuleShim:
+    return TorchModuleShim(module, serialize_model=_serializer(storage_dtype), deserialize_model=_deserialize)
 
 
-@registry.architectures("spacy-elmo.ElmoModel.v1")
-def build_elmo_model_v1() -> ElmoModelT:
+@registry.architectures("spacy-elmo.ElmoModel.v2")
+def build_elmo_model_v2(storage_dtype: str = "float32") -> ElmoModelT:
     """The ELMo biLM: a list of Docs to an array ``(n_layers, len(doc), width)`` per Doc.
 
-    Takes no arguments: the biLM's shapes come from the weights loaded at
-    ``nlp.initialize`` (see ``[initialize.components.elmo.loader]``). The ``elmo``
-    component passes its ``max_length`` to ``elmo_layers``; a copy made by
-    ``nlp.replace_listeners`` gets it in ``attrs["max_length"]``.
+    The biLM's shapes come from the weights loaded at ``nlp.initialize`` (see
+    ``[initialize.components.elmo.loader]``). The ``elmo`` component passes its
+    ``max_length`` to ``elmo_layers``; a copy made by ``nlp.replace_listeners`` gets it
+    in ``attrs["max_length"]``.
+
+    storage_dtype: how a saved pipeline (``nlp.to_disk``, ``nlp.to_bytes``) stores the
+        biLM's weights. "float32" gives back exactly the vectors of the pipeline that
+        was saved; "float16" halves the size, and is exact too when the weights came
+        from float16 files (the shipped model) and the biLM is frozen; "int8" (int8
+        matrices with per-slice scales) is about a quarter, with vectors close to but
+        not equal to the saved pipeline's. Memory and arithmetic stay float32.
     """
+    check_storage_dtype(storage_dtype, "spacy-elmo.ElmoModel.v2 storage_dtype")
     return Model(
         "elmo",
         forward,
-        shims=[_make_shim(NoWeights())],
-        attrs={"max_length": DEFAULT_MAX_LENGTH},
+        shims=[_make_shim(NoWeights(), storage_dtype)],
+        attrs={"max_length": DEFAULT_MAX_LENGTH, "storage_dtype": storage_dtype},
         dims={"nO": None},
     )
 
 
+@registry.architectures("spacy-elmo.ElmoModel.v1")
+def build_elmo_model_v1() -> ElmoModelT:
+    """``spacy-elmo.ElmoModel.v2`` with ``storage_dtype = "float32"`` (what v1 always did):
+
+    [model]
+    @architectures = "spacy-elmo.ElmoModel.v1"
+    """
+    return build_elmo_model_v2("float32")
+
+
 def set_bilm(model: Model, bilm: ElmoBiLM) -> None:
     """Put loaded weights into an ElmoModel (replaces its torch module)."""
-    model.shims[0] = _make_shim(bilm)
+    model.shims[0] = _make_shim(bilm, model.attrs.get("storage_dtype", "float32"))
     model.set_dim("nO", bilm.output_dim, force=True)
 
 
