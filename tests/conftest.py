@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 from typing import List
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,11 @@ def tiny_dir(tmp_path_factory) -> Path:
     from make_tiny import write_tiny
 
     return write_tiny(tmp_path_factory.mktemp("tiny_allennlp"))
+
+
+def token_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine of each pair of vectors along the last axis of ``a`` and ``b``."""
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
 def tiny_sentences(tiny_dir: Path) -> List[List[str]]:

@@ -15,6 +15,8 @@ from spacy_elmo.bilm.int8 import MIN_ELEMENTS, SCALE_SUFFIX, dequantize_state, q
 from spacy_elmo.bilm.serialize import CONFIG_METADATA_KEY, state_from_bytes
 from spacy_elmo.export import export
 
+from conftest import token_cosines
+
 
 def test_quantize_is_within_half_a_step_and_keeps_zero_slices() -> None:
     gen = torch.Generator().manual_seed(0)
@@ -55,8 +57,7 @@ def test_int8_model_dir_round_trip(tiny_bilm: ElmoBiLM, tmp_path: Path, sentence
     assert all(p.dtype == torch.float32 for p in loaded.parameters())
     for a, b in zip(tiny_bilm.embed_sentences(sentences), loaded.embed_sentences(sentences)):
         assert not np.array_equal(a, b)  # stored with rounding ...
-        cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
-        assert cos.min() > 0.99  # ... close to the float32 vectors
+        assert token_cosines(a, b).min() > 0.99  # ... close to the float32 vectors
     again = ElmoBiLM.from_bytes(loaded.to_bytes(dtype="int8"))  # int8 of int8: the same weights
     for a, b in zip(loaded.parameters(), again.parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
@@ -99,26 +100,6 @@ def test_dtype_choices_are_checked(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
     assert state_from_bytes(tiny_bilm.to_bytes(), "x").keys() == tiny_bilm.state_dict().keys()
 
 
-def test_int8_dir_in_a_pipeline_saves_and_loads_exactly(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
-    """The component loads an int8 directory (dequantized), and a saved pipeline gives back
-    exactly the vectors it gave before saving."""
-    import spacy
-
-    tiny_bilm.save(tmp_path / "int8", dtype="int8")
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo")
-    nlp.config["initialize"]["components"]["elmo"] = {
-        "loader": {"@misc": "spacy-elmo.ElmoLoader.v1", "path": str(tmp_path / "int8")}}
-    nlp.initialize()
-    text = "The river bank by the café was flooded 🙂"  # one sentence
-    before = nlp(text)
-    (want,) = ElmoBiLM.load(tmp_path / "int8").embed_sentences([[t.text for t in before]])
-    np.testing.assert_allclose(want, before._.elmo, atol=1e-5)
-    nlp.to_disk(tmp_path / "pipeline")
-    after = spacy.load(tmp_path / "pipeline")(text)
-    np.testing.assert_array_equal(before._.elmo, after._.elmo)
-
-
 def _saved_pipeline(weights: Path, out: Path, storage_dtype: str):
     """A pipeline with an ``elmo`` (ElmoModel.v2 storing its biLM in ``storage_dtype``)
     initialised from ``weights``, saved to ``out``; (pipeline, size of the elmo model file)."""
@@ -130,6 +111,21 @@ def _saved_pipeline(weights: Path, out: Path, storage_dtype: str):
     nlp.initialize()
     nlp.to_disk(out)
     return nlp, (out / "elmo" / "model").stat().st_size
+
+
+def test_int8_dir_in_a_pipeline_saves_and_loads_exactly(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
+    """The component loads an int8 directory (dequantized), and a saved pipeline gives back
+    exactly the vectors it gave before saving."""
+    import spacy
+
+    tiny_bilm.save(tmp_path / "int8", dtype="int8")
+    nlp, _ = _saved_pipeline(tmp_path / "int8", tmp_path / "pipeline", "float32")
+    text = "The river bank by the café was flooded 🙂"  # one sentence
+    before = nlp(text)
+    (want,) = ElmoBiLM.load(tmp_path / "int8").embed_sentences([[t.text for t in before]])
+    np.testing.assert_allclose(want, before._.elmo, atol=1e-5)
+    after = spacy.load(tmp_path / "pipeline")(text)
+    np.testing.assert_array_equal(before._.elmo, after._.elmo)
 
 
 def test_pipeline_storage_dtype(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
@@ -149,9 +145,7 @@ def test_pipeline_storage_dtype(tiny_bilm: ElmoBiLM, tmp_path: Path) -> None:
         if dtype != "int8":
             np.testing.assert_array_equal(before, vectors[dtype])
     assert sizes["int8"] < 0.62 * sizes["float16"] and sizes["float16"] < 0.51 * sizes["float32"], sizes
-    cos = (vectors["int8"] * vectors["float32"]).sum(-1) / (
-        np.linalg.norm(vectors["int8"], axis=-1) * np.linalg.norm(vectors["float32"], axis=-1))
-    assert cos.min() > 0.98 and not np.array_equal(vectors["int8"], vectors["float32"])
+    assert token_cosines(vectors["int8"], vectors["float32"]).min() > 0.98 and not np.array_equal(vectors["int8"], vectors["float32"])
     # a loaded int8 pipeline saved again keeps the same weights (quantizing is idempotent)
     spacy.load(tmp_path / "int8").to_disk(tmp_path / "again")
     np.testing.assert_array_equal(spacy.load(tmp_path / "again")(text)._.elmo, vectors["int8"])

@@ -9,11 +9,7 @@ import torch
 from spacy_elmo.bilm import ElmoBiLM
 from spacy_elmo.bilm.precision import check_device
 
-from conftest import make_elmo_nlp, tiny_sentences
-
-
-def token_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+from conftest import make_elmo_nlp, tiny_sentences, token_cosines
 
 
 @pytest.fixture
