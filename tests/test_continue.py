@@ -133,6 +133,35 @@ def test_model_that_disagrees_with_init_is_an_error(corpora, tiny_dir, tmp_path)
         Trainer(config(corpora / "en.npz", init=str(tiny_dir / "weights.hdf5")), tmp_path / "x", log=lambda s: None)
 
 
+def test_resume_after_the_init_files_are_gone(corpora, own_init, tmp_path):
+    """A continued run resumes from its checkpoint when its paths.init was removed meanwhile,
+    and reaches the weights a resume with the init files present reaches."""
+    init = tmp_path / "init"
+    shutil.copytree(own_init, init)
+    for run in ("kept", "gone"):
+        assert Trainer(config(corpora / "de.npz", init=str(init), model=False), tmp_path / run, log=lambda s: None).run()["step"] == 2
+    shutil.rmtree(init)
+    logs = []
+    gone = Trainer(config(corpora / "de.npz", init=str(init), model=False, **{"training.max_steps": 3}), tmp_path / "gone",
+                   log=logs.append)
+    assert any("is gone; the run resumes from" in line for line in logs)
+    assert gone.run()["step"] == 3 and any(line.startswith("Resumed from") for line in logs)
+    shutil.copytree(own_init, init)
+    kept = Trainer(config(corpora / "de.npz", init=str(init), model=False, **{"training.max_steps": 3}), tmp_path / "kept",
+                   log=lambda s: None)
+    assert kept.run()["step"] == 3
+    a, b = ElmoBiLM.load(tmp_path / "gone").state_dict(), ElmoBiLM.load(tmp_path / "kept").state_dict()
+    assert a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    assert (tmp_path / "gone" / "vocab.txt").read_bytes() == (own_init / "vocab.txt").read_bytes()
+    shutil.rmtree(init)
+    wider = config(corpora / "de.npz", init=str(init), **{"training.max_steps": 4})
+    wider["model"]["lstm"]["dim"] = 192
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's in .*lstm\.dim \(192 vs 128\)"):
+        Trainer(validate_pretrain_config(wider), tmp_path / "gone", log=lambda s: None)
+    with pytest.raises(ValueError, match="no such file or directory"):  # no checkpoint: still an error
+        Trainer(config(corpora / "de.npz", init=str(init), model=False), tmp_path / "new", log=lambda s: None)
+
+
 def test_init_errors(corpora, tmp_path):
     with pytest.raises(ValueError, match="no such file or directory, and not a published model name"):
         Trainer(config(corpora / "en.npz", init=str(tmp_path / "missing"), model=False), tmp_path / "x", log=print)

@@ -40,11 +40,13 @@ def save_checkpoint(state: Dict[str, Any], path: Path) -> None:
         torch.save(state, tmp)
 
 
-def load_checkpoint(path: Path) -> Dict[str, Any]:
-    """The state saved at ``path``, on the CPU; a clear error for an empty or damaged file."""
+def load_checkpoint(path: Path, mmap: bool = False) -> Dict[str, Any]:
+    """The state saved at ``path``, on the CPU; a clear error for an empty or damaged file.
+    mmap (bool): map the tensors from the file instead of reading them, for a quick look at the
+        config and vocabulary."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as err:  # torch raises EOFError, RuntimeError, UnpicklingError, ...
         detail = "empty file" if path.stat().st_size == 0 else f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         raise ValueError(f"{path} is not a readable checkpoint ({detail}); restore it, or delete it to "

@@ -78,6 +78,32 @@ def read_init(init: InitPath) -> InitModel:
     raise ValueError(f"paths.init {path}: expected a model directory, an .hdf5 weights file or a published name")
 
 
+def init_is_gone(init: InitPath) -> bool:
+    """Whether ``paths.init`` names files that no longer exist (and is not a published name)."""
+    from ..published import PUBLISHED
+
+    if isinstance(init, (str, Path)):
+        return not Path(init).exists() and str(init) not in PUBLISHED
+    return not all(Path(p).exists() for p in init)
+
+
+def settle_from_checkpoint(config: Dict[str, Any], saved: Dict[str, Any], source: str) -> None:
+    """Fill ``config`` in place from a checkpoint's config ``saved`` (the run as it was settled
+    from its init model at the start): [model], [softmax] and [vocab] size. A non-empty [model]
+    must agree with the checkpoint's, as it had to agree with the init model."""
+    if config.get("model"):
+        given = validate_options(config["model"], source="pretrain config [model]")
+        diff = option_differences(given, saved["model"])
+        if diff:
+            raise ValueError(
+                f"{source}: the config's [model] differs from the checkpoint's in {', '.join(diff)}; "
+                "a resumed run keeps its shapes: make [model] match, or use another --output"
+            )
+    config["model"] = saved["model"]
+    config["softmax"] = dict(saved["softmax"])
+    config["vocab"]["size"] = saved["vocab"]["size"]
+
+
 def _options_beside(weights: Path) -> Path:
     candidates = [weights.parent / "options.json"]
     if weights.stem.endswith("_weights"):

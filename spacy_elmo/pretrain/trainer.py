@@ -32,7 +32,7 @@ from .config import resume_changes
 from .corpus import build_vocab, target_map
 from .data import load_corpus
 from .distributed import any_rank, rank_world, sum_over_ranks
-from .init import load_init_weights, read_init, settle_config
+from .init import init_is_gone, load_init_weights, read_init, settle_config, settle_from_checkpoint
 from .loss import BiLMLoss, batch_to, evaluate
 from .memory import host_memory
 from .output import METRICS_NAME, truncate_metrics
@@ -96,13 +96,25 @@ class Trainer:
             self.log(f"Loading the held-out text {config['paths']['dev']}")
         self.dev = load_corpus(Path(config["paths"]["dev"]), progress=self.rank == 0) if config["paths"].get("dev") else None
         # continued pretraining (paths.init): shapes from the init model; its vocabulary and
-        # softmax kept unless it has none or [vocab] from_init = false (see pretrain/init.py)
-        init = read_init(config["paths"]["init"]) if config["paths"].get("init") else None
-        keep_softmax = settle_config(config, init, log) if init is not None else False
-        if keep_softmax:
-            self.vocab = list(init.vocab)
+        # softmax kept unless it has none or [vocab] from_init = false (see pretrain/init.py).
+        # A run resumed after its init files were removed takes them from its checkpoint,
+        # which holds everything the init model gave it.
+        init_path, checkpoint = config["paths"].get("init"), self.output_dir / CHECKPOINT
+        init, keep_softmax = None, False
+        if init_path and checkpoint.exists() and init_is_gone(init_path):
+            saved = load_checkpoint(checkpoint, mmap=True)
+            settle_from_checkpoint(config, saved["config"], f"paths.init {init_path}")
+            self.vocab = list(saved["vocab"])
+            del saved
+            log(f"paths.init {init_path} is gone; the run resumes from {checkpoint}, which holds its weights, "
+                "shapes, softmax and vocabulary")
         else:
-            self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
+            init = read_init(init_path) if init_path else None
+            keep_softmax = settle_config(config, init, log) if init is not None else False
+            if keep_softmax:
+                self.vocab = list(init.vocab)
+            else:
+                self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
         self.train_targets = target_map(self.train, self.vocab)
         self.offsets = cut_sentences(self.train, int(self.training["max_sentence_length"]))
         self.lengths = np.diff(self.offsets)
