@@ -162,6 +162,26 @@ def test_resume_after_the_init_files_are_gone(corpora, own_init, tmp_path):
         Trainer(config(corpora / "de.npz", init=str(init), model=False), tmp_path / "new", log=lambda s: None)
 
 
+def test_resume_after_published_init_is_gone(corpora, tiny_dir, tmp_path):
+    """Published weights carry no softmax, so the run trained a fresh one over its corpus: a
+    resume after the weights were removed keeps comparing [vocab] size with the checkpoint's."""
+    folder = tmp_path / "published"
+    shutil.copytree(tiny_dir, folder)
+    init = str(folder / "weights.hdf5")
+    assert Trainer(config(corpora / "en.npz", init=init, model=False, **{"vocab.size": 300}), tmp_path / "run",
+                   log=lambda s: None).run()["step"] == 2
+    shutil.rmtree(folder)
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's in vocab\.size"):
+        Trainer(config(corpora / "en.npz", init=init, model=False, **{"vocab.size": 250, "training.max_steps": 3}),
+                tmp_path / "run", log=lambda s: None).run()
+    logs = []
+    trainer = Trainer(config(corpora / "en.npz", init=init, model=False, **{"vocab.size": 300, "training.max_steps": 3}),
+                      tmp_path / "run", log=logs.append)
+    assert any("is gone; the run resumes from" in line and "softmax" not in line for line in logs)
+    assert trainer.vocab == build_vocab(Corpus.load(corpora / "en.npz"), 300)
+    assert trainer.run()["step"] == 3
+
+
 def test_init_errors(corpora, tmp_path):
     with pytest.raises(ValueError, match="no such file or directory, and not a published model name"):
         Trainer(config(corpora / "en.npz", init=str(tmp_path / "missing"), model=False), tmp_path / "x", log=print)

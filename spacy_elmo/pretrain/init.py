@@ -87,10 +87,12 @@ def init_is_gone(init: InitPath) -> bool:
     return not all(Path(p).exists() for p in init)
 
 
-def settle_from_checkpoint(config: Dict[str, Any], saved: Dict[str, Any], source: str) -> None:
+def settle_from_checkpoint(config: Dict[str, Any], saved: Dict[str, Any], source: str, keep_softmax: bool) -> None:
     """Fill ``config`` in place from a checkpoint's config ``saved`` (the run as it was settled
-    from its init model at the start): [model], [softmax] and [vocab] size. A non-empty [model]
-    must agree with the checkpoint's, as it had to agree with the init model."""
+    from its init model at the start) with what the init model gave it: [model], and [softmax]
+    and [vocab] size when ``keep_softmax`` (the init model's softmax was kept; otherwise they
+    are the config's own, and the resume compares them with the checkpoint's). A non-empty
+    [model] must agree with the checkpoint's, as it had to agree with the init model."""
     if config.get("model"):
         given = validate_options(config["model"], source="pretrain config [model]")
         diff = option_differences(given, saved["model"])
@@ -100,8 +102,9 @@ def settle_from_checkpoint(config: Dict[str, Any], saved: Dict[str, Any], source
                 "a resumed run keeps its shapes: make [model] match, or use another --output"
             )
     config["model"] = saved["model"]
-    config["softmax"] = dict(saved["softmax"])
-    config["vocab"]["size"] = saved["vocab"]["size"]
+    if keep_softmax:
+        config["softmax"] = dict(saved["softmax"])
+        config["vocab"]["size"] = saved["vocab"]["size"]
 
 
 def _options_beside(weights: Path) -> Path:

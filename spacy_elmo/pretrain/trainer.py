@@ -100,21 +100,22 @@ class Trainer:
         # A run resumed after its init files were removed takes them from its checkpoint,
         # which holds everything the init model gave it.
         init_path, checkpoint = config["paths"].get("init"), self.output_dir / CHECKPOINT
-        init, keep_softmax = None, False
+        init, keep_softmax, vocab = None, False, None
         if init_path and checkpoint.exists() and init_is_gone(init_path):
             saved = load_checkpoint(checkpoint, mmap=True)
-            settle_from_checkpoint(config, saved["config"], f"paths.init {init_path}")
-            self.vocab = list(saved["vocab"])
+            # checkpoints written before the flag existed: the softmax was kept unless from_init = false
+            keep_softmax = bool(saved.get("init_softmax_kept", saved["config"]["vocab"].get("from_init", True)))
+            settle_from_checkpoint(config, saved["config"], f"paths.init {init_path}", keep_softmax)
+            vocab = list(saved["vocab"]) if keep_softmax else None
             del saved
             log(f"paths.init {init_path} is gone; the run resumes from {checkpoint}, which holds its weights, "
-                "shapes, softmax and vocabulary")
-        else:
-            init = read_init(init_path) if init_path else None
-            keep_softmax = settle_config(config, init, log) if init is not None else False
-            if keep_softmax:
-                self.vocab = list(init.vocab)
-            else:
-                self.vocab = build_vocab(self.train, int(config["vocab"]["size"]))
+                "shapes" + (", softmax and vocabulary" if keep_softmax else ""))
+        elif init_path:
+            init = read_init(init_path)
+            keep_softmax = settle_config(config, init, log)
+            vocab = list(init.vocab) if keep_softmax else None
+        self.init_softmax_kept = keep_softmax  # saved with the checkpoint, for a resume without the init files
+        self.vocab = vocab if vocab is not None else build_vocab(self.train, int(config["vocab"]["size"]))
         self.train_targets = target_map(self.train, self.vocab)
         self.offsets = cut_sentences(self.train, int(self.training["max_sentence_length"]))
         self.lengths = np.diff(self.offsets)
@@ -157,7 +158,7 @@ class Trainer:
             "step": self.step, "epoch": self.epoch, "batch_index": self.batch_index,
             "tokens_seen": self.tokens_seen,
             "rng": rng_states(),
-            "config": self.config, "vocab": self.vocab,
+            "config": self.config, "vocab": self.vocab, "init_softmax_kept": self.init_softmax_kept,
         }
 
     def resume(self) -> bool:
