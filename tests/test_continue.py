@@ -208,6 +208,14 @@ def test_published_name_as_init(corpora, tiny_dir, tiny_bilm, tmp_path, monkeypa
         trainer = Trainer(config(corpora / "en.npz", init="tiny-test", model=False), tmp_path / "run", log=lambda s: None)
     for name, value in tiny_bilm.state_dict().items():
         assert same(trainer.bilm.state_dict()[name], value), name
+    assert trainer.run()["step"] == 2
+    # the resume reads neither the cache nor the server: the checkpoint holds what the init gave
+    shutil.rmtree(tmp_path / "cache")
+    logs = []
+    resumed = Trainer(config(corpora / "en.npz", init="tiny-test", model=False, **{"training.max_steps": 3}),
+                      tmp_path / "run", log=logs.append)
+    assert any(line.startswith("Resuming: the shapes that paths.init tiny-test gave the run") for line in logs)
+    assert resumed.run()["step"] == 3 and not (tmp_path / "cache").exists()
 
 
 def test_config_validation_of_vocab_and_model(corpora):

@@ -97,23 +97,27 @@ class Trainer:
         self.dev = load_corpus(Path(config["paths"]["dev"]), progress=self.rank == 0) if config["paths"].get("dev") else None
         # continued pretraining (paths.init): shapes from the init model; its vocabulary and
         # softmax kept unless it has none or [vocab] from_init = false (see pretrain/init.py).
-        # A run resumed after its init files were removed takes them from its checkpoint,
-        # which holds everything the init model gave it.
+        # A resumed run takes them from its checkpoint, which holds everything the init model
+        # gave it, without reading (or downloading) the init model again.
         init_path, checkpoint = config["paths"].get("init"), self.output_dir / CHECKPOINT
         init, keep_softmax, vocab = None, False, None
-        if init_path and checkpoint.exists() and init_is_gone(init_path):
-            saved = load_checkpoint(checkpoint, mmap=True)
+        saved = load_checkpoint(checkpoint, mmap=True) if init_path and checkpoint.exists() else None
+        gone = saved is not None and init_is_gone(init_path)
+        # the same init as the checkpoint's run; older checkpoints do not say whether its softmax was kept
+        same = saved is not None and "init_softmax_kept" in saved and saved["config"]["paths"].get("init") == init_path
+        if gone or same:
             # checkpoints written before the flag existed: the softmax was kept unless from_init = false
             keep_softmax = bool(saved.get("init_softmax_kept", saved["config"]["vocab"].get("from_init", True)))
             settle_from_checkpoint(config, saved["config"], f"paths.init {init_path}", keep_softmax)
             vocab = list(saved["vocab"]) if keep_softmax else None
-            del saved
-            log(f"paths.init {init_path} is gone; the run resumes from {checkpoint}, which holds its weights, "
-                "shapes" + (", softmax and vocabulary" if keep_softmax else ""))
+            kept = "shapes" + (", softmax and vocabulary" if keep_softmax else "")
+            log(f"paths.init {init_path} is gone; the run resumes from {checkpoint}, which holds its weights and {kept}"
+                if gone else f"Resuming: the {kept} that paths.init {init_path} gave the run come from {checkpoint}")
         elif init_path:
             init = read_init(init_path)
             keep_softmax = settle_config(config, init, log)
             vocab = list(init.vocab) if keep_softmax else None
+        del saved
         self.init_softmax_kept = keep_softmax  # saved with the checkpoint, for a resume without the init files
         self.vocab = vocab if vocab is not None else build_vocab(self.train, int(config["vocab"]["size"]))
         self.train_targets = target_map(self.train, self.vocab)
