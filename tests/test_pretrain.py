@@ -116,6 +116,29 @@ def test_resume_equals_uninterrupted(wikitext_slice, tmp_path, device, ema_decay
             torch.testing.assert_close(a[name], b[name], rtol=0, atol=atol)
 
 
+def test_resume_keeps_this_runs_adam(wikitext_slice, tmp_path):
+    """On the CPU the trainer uses torch's fused Adam; a checkpoint written by the single-tensor
+    Adam of earlier versions (``fused`` unset in its groups) resumes with the fused one, on the
+    same optimizer state."""
+    cfg = tiny_config(wikitext_slice, **{"training.max_steps": 2, "training.checkpoint_every": 1000,
+                                         "training.eval_every": 1000, "training.device": "cpu"})
+    out = tmp_path / "run"
+    Trainer(cfg, out, log=lambda s: None).run()
+    path = out / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
+    assert all(group["fused"] for group in state["optimizer"]["param_groups"])
+    for group in state["optimizer"]["param_groups"]:
+        group["fused"] = group["foreach"] = None
+    torch.save(state, path)
+    cfg["training"]["max_steps"] = 4
+    trainer = Trainer(cfg, out, log=lambda s: None)
+    assert trainer.resume() and trainer.step == 2
+    assert all(group["fused"] for group in trainer.optimizer.param_groups)
+    step_before = [int(s["step"]) for s in trainer.optimizer.state.values()]
+    assert trainer.run()["step"] == 4
+    assert [int(s["step"]) for s in trainer.optimizer.state.values()] == [n + 2 for n in step_before] == [4] * len(step_before)
+
+
 class Recorded(Trainer):
     """Keeps a float64 copy of the trained weights after every step."""
 

@@ -137,7 +137,10 @@ class Trainer:
         self.module: nn.Module = self.loss
         if self.world > 1:
             self.module = nn.parallel.DistributedDataParallel(self.loss, find_unused_parameters=True)
-        self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]))
+        # torch's fused Adam (one pass over each parameter) where the device has it: at the `small`
+        # shape the single-tensor Adam took about 95 ms a step on one CPU thread, the fused one 14
+        self.fused_adam = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(self.bilm.parameters(), lr=float(self.training["lr"]), fused=self.fused_adam or None)
         # [training] ema_decay: a moving average of the weights (torch's AveragedModel), updated
         # after every step; the optimizer trains the raw weights, the model files hold the average
         decay = float(self.training["ema_decay"])
@@ -180,6 +183,8 @@ class Trainer:
         try:
             self.bilm.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            for group in self.optimizer.param_groups:  # the implementation is this run's, not the checkpoint's
+                group["fused"], group["foreach"] = self.fused_adam or None, None
         except (RuntimeError, ValueError, KeyError) as err:
             raise ValueError(f"{path}: the checkpoint does not fit this model: {str(err).splitlines()[0]}") from None
         if state.get("scaler"):
