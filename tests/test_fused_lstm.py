@@ -143,6 +143,8 @@ def test_fused_softmax_equals_autograd_across_chunks(monkeypatch, with_bias):
     from spacy_elmo.pretrain import fused_softmax
 
     monkeypatch.setattr(fused_softmax, "CHUNK_ELEMENTS", 40)  # 3 head rows a chunk
+    monkeypatch.setattr(fused_softmax, "MIN_CHUNK_ROWS", 0)
+    assert fused_softmax.chunk_rows(13) == 3
     torch.manual_seed(0)
     asm = torch.nn.AdaptiveLogSoftmaxWithLoss(6, 30, [10, 20], div_value=2.0, head_bias=with_bias).double()
     hidden = torch.randn(23, 6, dtype=torch.float64, requires_grad=True)
@@ -163,6 +165,16 @@ def test_fused_softmax_equals_autograd_across_chunks(monkeypatch, with_bias):
         _assert_close(got[name], ref[name])
     with torch.no_grad():  # no gradient work without autograd; the same values
         _assert_close(fused_softmax.adaptive_nll(asm, hidden, targets, segments), nll)
+
+
+def test_softmax_chunk_rows():
+    """About a million logits a chunk, at least 256 rows unless that passes 16M logits."""
+    from spacy_elmo.pretrain.fused_softmax import chunk_rows
+
+    assert chunk_rows(2002) == 523  # en_cpu's head: the million-logit bound
+    assert chunk_rows(10001) == chunk_rows(10000) == 256  # small's head and tail: the row floor
+    assert chunk_rows(100000) == (1 << 24) // 100000 == 167  # a wide softmax: the buffer bound
+    assert chunk_rows(10**9) == 1 and chunk_rows(0) == 1 << 20
 
 
 def test_conv_max_pool_gives_autograd_gradients():
