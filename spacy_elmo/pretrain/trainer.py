@@ -61,16 +61,16 @@ def cpu_has_native(amp: str) -> bool:
     return bool(check())
 
 
-def _adam(params: List[nn.Parameter], lr: float, device: torch.device) -> Tuple[torch.optim.Adam, bool]:
-    """Adam over ``params``, and whether it is torch's fused kernel (one pass over each parameter;
-    at the `small` shape the single-tensor Adam took about 95 ms a step on one CPU thread, the
-    fused one 14). Fused on CUDA, and on the CPU from torch 2.4; the single-tensor one elsewhere."""
+def _adam(params: List[nn.Parameter], lr: float, device: torch.device) -> torch.optim.Adam:
+    """Adam over ``params``: torch's fused kernel (one pass over each parameter; at the `small`
+    shape the single-tensor Adam took about 95 ms a step on one CPU thread, the fused one 14) on
+    CUDA, and on the CPU from torch 2.4; the single-tensor one elsewhere."""
     if device.type in ("cpu", "cuda"):
         try:
-            return torch.optim.Adam(params, lr=lr, fused=True), True
+            return torch.optim.Adam(params, lr=lr, fused=True)
         except RuntimeError:  # torch before 2.4 has no fused Adam on the CPU
             pass
-    return torch.optim.Adam(params, lr=lr), False
+    return torch.optim.Adam(params, lr=lr)
 
 
 class Trainer:
@@ -149,7 +149,7 @@ class Trainer:
         self.module: nn.Module = self.loss
         if self.world > 1:
             self.module = nn.parallel.DistributedDataParallel(self.loss, find_unused_parameters=True)
-        self.optimizer, self.fused_adam = _adam(list(self.bilm.parameters()), float(self.training["lr"]), self.device)
+        self.optimizer = _adam(list(self.bilm.parameters()), float(self.training["lr"]), self.device)
         # [training] ema_decay: a moving average of the weights (torch's AveragedModel), updated
         # after every step; the optimizer trains the raw weights, the model files hold the average
         decay = float(self.training["ema_decay"])
@@ -191,9 +191,11 @@ class Trainer:
                              "or use another --output")
         try:
             self.bilm.load_state_dict(state["model"])
+            # the Adam implementation stays this run's (``_adam``), not the one the checkpoint records
+            chosen = [(group["fused"], group["foreach"]) for group in self.optimizer.param_groups]
             self.optimizer.load_state_dict(state["optimizer"])
-            for group in self.optimizer.param_groups:  # the implementation is this run's, not the checkpoint's
-                group["fused"], group["foreach"] = self.fused_adam or None, None
+            for group, (fused, foreach) in zip(self.optimizer.param_groups, chosen):
+                group["fused"], group["foreach"] = fused, foreach
         except (RuntimeError, ValueError, KeyError) as err:
             raise ValueError(f"{path}: the checkpoint does not fit this model: {str(err).splitlines()[0]}") from None
         if state.get("scaler"):
