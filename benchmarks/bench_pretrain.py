@@ -16,6 +16,8 @@ trainer the share of a step spent in matrix products (linear-algebra products an
 CNN's convolutions), their GFLOP/s, and the machine's float32 rate measured in the same run
 with a large ``torch.mm``. Also the cost of building one epoch's batch order at the size of
 a real corpus (778aaa6 rebuilt it at every step; the trainer now builds it once an epoch).
+``--amp bf16`` runs both implementations under bf16 autocast (the softmax in float32, as 778aaa6
+ran ``training.amp bf16``); the float32 default is the yardstick of the speed targets.
 """
 import argparse
 import json
@@ -40,9 +42,9 @@ PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::ba
                "aten::mkldnn_convolution", "aten::convolution_backward")
 
 
-def gemm_rate(size: int = 2048, repeats: int = 5) -> float:
-    """The machine's float32 matrix-product rate, GFLOP/s (best of ``repeats``)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def gemm_rate(size: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """The machine's matrix-product rate in ``dtype``, GFLOP/s (best of ``repeats``)."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
@@ -99,7 +101,7 @@ def next_batch(trainer: Any) -> np.ndarray:
 
 
 def _worker(role: str, preset: str, data: str, out: str, threads: int, vocab: int, keep_memory: bool,
-            conn: Any) -> None:
+            amp: str, conn: Any) -> None:
     """One implementation in its own process, stepping when the parent says so. ``role``:
     "new" (the trainer, with the host-memory setting that ``pretrain`` applies) or "reference"
     (778aaa6's step on a trainer built from the same config, hence the same weights and data)."""
@@ -110,7 +112,7 @@ def _worker(role: str, preset: str, data: str, out: str, threads: int, vocab: in
 
     cfg = load_pretrain_config(REPO / "configs" / "pretrain" / f"{preset}.cfg", {
         "paths.train": data, "paths.dev": None, "paths.init": None, "vocab.size": vocab,
-        "training.threads": threads, "training.device": "cpu", "training.amp": "none"})
+        "training.threads": threads, "training.device": "cpu", "training.amp": amp})
     trainer = Trainer(cfg, Path(out) / preset / role, log=lambda s: None)
     if role == "new":
         if keep_memory:
@@ -119,7 +121,7 @@ def _worker(role: str, preset: str, data: str, out: str, threads: int, vocab: in
     else:
         ref = reference_pretrain.ReferenceStep(
             trainer.bilm, cfg["training"], trainer.train.ids, trainer.offsets, trainer.lengths,
-            trainer.char_table, trainer.train_targets)
+            trainer.char_table, trainer.train_targets, amp=amp)
         draw, step = ref.next_batch, ref
     while True:
         command = conn.recv()
@@ -144,7 +146,8 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
     conns, procs = {}, []
     for role in ("reference", "new"):
         parent, child = ctx.Pipe()
-        worker_args = (role, preset, str(data), str(out), args.threads, args.vocab, not args.default_malloc, child)
+        worker_args = (role, preset, str(data), str(out), args.threads, args.vocab, not args.default_malloc, args.amp,
+                       child)
         proc = ctx.Process(target=_worker, args=worker_args)
         proc.start()
         conns[role] = parent
@@ -209,12 +212,17 @@ def main() -> None:
                              "(default: the English en_cpu corpus)")
     parser.add_argument("--default-malloc", action="store_true",
                         help="run the trainer without the host-memory setting that pretrain applies")
+    parser.add_argument("--amp", choices=("none", "bf16"), default="none",
+                        help="training.amp of both implementations (bf16: autocast, which pays only on "
+                             "CPUs with fast bf16 products; the default float32 is the yardstick)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    results: Dict[str, Any] = {"threads": args.threads, "torch": torch.__version__, "presets": []}
+    results: Dict[str, Any] = {"threads": args.threads, "torch": torch.__version__, "amp": args.amp, "presets": []}
     results["gemm_gflops_start"] = gemm_rate()
+    if args.amp == "bf16":
+        results["bf16_gemm_gflops_start"] = gemm_rate(dtype=torch.bfloat16)
     with tempfile.TemporaryDirectory() as tmp:
         train = prepare_head(args.data, args.lines, Path(tmp))
         presets = args.presets.split(",")
@@ -228,6 +236,8 @@ def main() -> None:
                   f"({r['ratio']:.2f}x)", file=sys.stderr, flush=True)
     results["gemm_gflops_end"] = gemm_rate()
     gemm = max(results["gemm_gflops_start"], results["gemm_gflops_end"])
+    if args.amp == "bf16":
+        results["bf16_gemm_gflops_end"] = gemm_rate(dtype=torch.bfloat16)
     lengths = np.random.default_rng(0).integers(1, 65, size=args.order_sentences)
     start = time.perf_counter()
     reference_pretrain.epoch_batches(lengths, 2048, 0, 0)
@@ -235,6 +245,10 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {args.threads} thread(s); fp32 GEMM (2048^3) "
           f"{results['gemm_gflops_start']:.1f} / {results['gemm_gflops_end']:.1f} GFLOP/s (start / end of run)")
+    if args.amp == "bf16":
+        print(f"both implementations under bf16 autocast (softmax in float32); bf16 GEMM (2048^3) "
+              f"{results['bf16_gemm_gflops_start']:.1f} / {results['bf16_gemm_gflops_end']:.1f} GFLOP/s; "
+              "the products' share and rate below mix bf16 and float32 products, against the fp32 GEMM")
     print(f"{'preset':<8}{'steps':>6}{'778aaa6 tok/s':>15}{'new tok/s':>11}{'ratio':>7}"
           f"{'loss ref/new':>15}{'products share ref/new':>24}{'product GFLOP/s ref/new (of GEMM)':>36}")
     for r in results["presets"]:

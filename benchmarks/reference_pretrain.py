@@ -159,17 +159,21 @@ def learning_rate(step: int, training: Dict[str, Any]) -> float:
 
 
 class ReferenceStep:
-    """One training step of 778aaa6 (single process, float32, CPU) on ``bilm``'s parameters.
+    """One training step of 778aaa6 (single process, CPU) on ``bilm``'s parameters.
 
     bilm: an ``ElmoBiLM`` with a softmax (this step trains it in place).
     training: the ``[training]`` section of a pretraining config.
     ids, offsets, lengths: the corpus token ids, the cut sentence offsets and lengths.
     char_table, targets: char ids and output-vocabulary id of every corpus type.
+    amp: ``training.amp`` as 778aaa6 read it: "none" (float32) or "bf16" (the forward pass under
+        bf16 autocast, the softmax in float32).
     """
 
     def __init__(self, bilm: nn.Module, training: Dict[str, Any], ids: np.ndarray, offsets: np.ndarray,
-                 lengths: np.ndarray, char_table: np.ndarray, targets: np.ndarray) -> None:
-        self.bilm, self.training = bilm, training
+                 lengths: np.ndarray, char_table: np.ndarray, targets: np.ndarray, amp: str = "none") -> None:
+        if amp not in ("none", "bf16"):
+            raise ValueError(f"amp must be 'none' or 'bf16', not {amp!r}")
+        self.bilm, self.training, self.amp = bilm, training, amp
         self.ids, self.offsets, self.lengths, self.char_table, self.targets = ids, offsets, lengths, char_table, targets
         self.optimizer = torch.optim.Adam(bilm.parameters(), lr=float(training["lr"]))
         self.step, self.epoch, self.batch_index = 0, 0, 0
@@ -189,13 +193,16 @@ class ReferenceStep:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, self.training)
         self.bilm.train()
-        top = forward_with_boundaries(self.bilm, batch["char_ids"], batch["lengths"])[-1]
-        P = top.shape[1] // 2
-        dropout = float(self.training["dropout"])
-        h_fwd = F.dropout(top[batch["fwd_rows"], :P], dropout, True)
-        h_bwd = F.dropout(top[batch["bwd_rows"], P:], dropout, True)
-        softmax = self.bilm.softmax.proj
-        total = -softmax(h_fwd, batch["fwd_targets"]).output.sum() - softmax(h_bwd, batch["bwd_targets"]).output.sum()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.amp == "bf16"):
+            top = forward_with_boundaries(self.bilm, batch["char_ids"], batch["lengths"])[-1]
+            P = top.shape[1] // 2
+            dropout = float(self.training["dropout"])
+            h_fwd = F.dropout(top[batch["fwd_rows"], :P], dropout, True)
+            h_bwd = F.dropout(top[batch["bwd_rows"], P:], dropout, True)
+            softmax = self.bilm.softmax.proj
+            with torch.autocast("cpu", enabled=False):  # 778aaa6 kept the softmax in float32 under amp
+                total = (-softmax(h_fwd.float(), batch["fwd_targets"]).output.sum()
+                         - softmax(h_bwd.float(), batch["bwd_targets"]).output.sum())
         (total / n_global).backward()
         torch.nn.utils.clip_grad_norm_(self.bilm.parameters(), float(self.training["grad_clip"]))
         self.optimizer.step()

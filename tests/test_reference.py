@@ -1,5 +1,6 @@
-"""The benchmark's step-by-step reference against the golden fixture, and a smoke run
-of the inference benchmark."""
+"""The benchmarks' references: the step-by-step inference reference against the golden
+fixture, a smoke run of the inference benchmark, and the pretraining step of 778aaa6 against
+the trainer."""
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from spacy_elmo.bilm import ElmoBiLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from reference import ReferenceElmo, char_ids  # noqa: E402
+from reference_pretrain import ReferenceStep  # noqa: E402
 
 
 @pytest.mark.parametrize("batch_size", [1, 5, 32])
@@ -55,3 +57,29 @@ def test_reference_matches_the_generated_tiny_model(tmp_path: Path) -> None:
     same = ElmoBiLM.from_allennlp(again / "options.json", again / "weights.hdf5")
     for name, value in bilm.state_dict().items():
         torch.testing.assert_close(same.state_dict()[name], value, rtol=0, atol=0)
+
+
+def test_pretrain_reference_step_tracks_the_trainer(wikitext_slice: Path) -> None:
+    """bench_pretrain's yardstick: 778aaa6's step, in float32 and under bf16 autocast, gives the
+    trainer's losses on the same weights and batches, step after step (the tiny preset has no
+    dropout; the trainer does less arithmetic, not other arithmetic)."""
+    from conftest import tiny_config
+    from spacy_elmo.pretrain.trainer import Trainer
+
+    losses = {}
+    for amp, tolerance in (("none", 1e-5), ("bf16", 1e-3)):
+        new, old = (Trainer(tiny_config(wikitext_slice, **{"training.amp": amp, "training.device": "cpu"}),
+                            wikitext_slice / f"reference_{amp}_{name}", log=lambda s: None) for name in ("new", "old"))
+        ref = ReferenceStep(old.bilm, old.training, old.train.ids, old.offsets, old.lengths, old.char_table,
+                            old.train_targets, amp=amp)
+        losses[amp] = []
+        for _ in range(3):
+            batch = ref.next_batch()
+            np.testing.assert_array_equal(batch, new._next_batch())
+            want, got = ref(batch), new.train_step(batch)[0]
+            assert abs(got - want) <= tolerance * abs(want), (amp, got, want)
+            losses[amp].append(want)
+    assert losses["bf16"] != losses["none"]  # the reference did run under autocast
+    with pytest.raises(ValueError, match="amp must be"):
+        ReferenceStep(old.bilm, old.training, old.train.ids, old.offsets, old.lengths, old.char_table,
+                      old.train_targets, amp="fp16")
