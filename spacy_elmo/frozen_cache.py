@@ -1,8 +1,10 @@
 """The ``elmo`` component's memory of frozen-biLM layers for training docs.
 
 With a frozen biLM the layers of a training Doc never change, so they are computed in
-the first epoch and looked up in later ones. The memory holds at most ``cache_mb``
-megabytes of arrays; past that, the least recently used Docs are forgotten.
+the first epoch and looked up in later ones; so do those of the dev Docs that the training
+loop evaluates again and again. The memory holds at most ``cache_mb`` megabytes of arrays;
+past that, the least recently used Docs are forgotten to make room for training Docs, while
+dev Docs only take free room (they never push training Docs out).
 """
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, List, Optional, Sequence, Tuple
@@ -50,10 +52,13 @@ class FrozenLayerCache:
             self._arrays.move_to_end(key)
         return arr
 
-    def put(self, key: Hashable, arr: np.ndarray) -> bool:
+    def put(self, key: Hashable, arr: np.ndarray, evict: bool = True) -> bool:
         """Store ``arr`` under ``key``, forgetting the least recently used arrays until
-        it fits. An array larger than the bound is not stored (returns False)."""
+        it fits (with ``evict``; without, only into free room). An array that does not
+        fit is not stored (returns False)."""
         if arr.nbytes > self.max_bytes:
+            return False
+        if not evict and key not in self._arrays and self.nbytes + arr.nbytes > self.max_bytes:
             return False
         old = self._arrays.pop(key, None)
         if old is not None:
@@ -61,13 +66,15 @@ class FrozenLayerCache:
         while self.nbytes + arr.nbytes > self.max_bytes:
             _, evicted = self._arrays.popitem(last=False)
             self.nbytes -= evicted.nbytes
+        arr.flags.writeable = False  # a hit hands out this very array: nobody may change it
         self._arrays[key] = arr
         self.nbytes += arr.nbytes
         return True
 
-    def layers(self, docs: Sequence[Doc], predict: Callable[[List[Doc]], List[Floats3d]], ops: Ops) -> List[Floats3d]:
+    def layers(self, docs: Sequence[Doc], predict: Callable[[List[Doc]], List[Floats3d]], ops: Ops,
+               evict: bool = True) -> List[Floats3d]:
         """The layers of each Doc: looked up, or computed with ``predict`` (all misses
-        in one call, copied to the host once) and remembered."""
+        in one call, copied to the host once) and remembered (``evict``: as ``put``)."""
         if self.max_bytes == 0:
             return predict(list(docs))
         keys = [doc_key(doc) for doc in docs]
@@ -82,7 +89,7 @@ class FrozenLayerCache:
         if missing:
             fresh = predict([docs[i] for i in missing])
             for i, layers, arr in zip(missing, fresh, layers_to_numpy(fresh)):
-                self.put(keys[i], arr)
+                self.put(keys[i], arr, evict=evict)
                 outputs[i] = layers
         return outputs
 

@@ -90,7 +90,9 @@ def make_elmo(
     store_layers: set ``doc._.elmo`` (all layers). False saves memory on large
         corpora, but no listener can then read from the Doc.
     cache_mb: with ``frozen``, the layers of training docs are computed once and
-        reused in later epochs, up to this many megabytes (0 disables the cache).
+        reused in later epochs, up to this many megabytes (0 disables the cache); after
+        the first update, the docs the component predicts on (the dev set that training
+        evaluates) are remembered too while there is room, never pushing training docs out.
     precision: how the biLM computes without gradients (prediction, and a frozen biLM
         in training): "float32" (exact), "int8" (CPU only: the LSTM's matrix
         products dynamically quantized, about 2x faster on large models), or "bf16" /
@@ -144,6 +146,7 @@ class Elmo(ListenerHost, TrainablePipe):
             "precision": precision,
         }
         self.frozen_cache = FrozenLayerCache(cache_mb)
+        self._trained = False  # set by a frozen update: predictions are then remembered too
         self._pid = os.getpid()
         self._set_replace_hooks()
 
@@ -173,6 +176,11 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         docs = list(docs)
+        if self.frozen and self._trained:  # e.g. the dev docs that training evaluates every so often
+            return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops, evict=False)
+        return self._compute_layers(docs)
+
+    def _compute_layers(self, docs: List[Doc]) -> List[Floats3d]:
         self._check_process()
         bilm = require_bilm(self.model)
         bilm.precision = self.cfg.get("precision", "float32")
@@ -189,7 +197,8 @@ class Elmo(ListenerHost, TrainablePipe):
             if view == "mean":
                 doc.tensor = arr.mean(axis=0)
             elif view == "top":
-                doc.tensor = np.ascontiguousarray(arr[-1])
+                top = np.ascontiguousarray(arr[-1])  # a remembered array is read-only: doc.tensor gets a copy
+                doc.tensor = top if top.flags.writeable else top.copy()
             # Token/Span/Doc vectors and similarity from the ELMo vectors (hooks.py).
             set_elmo_hooks(doc, view)
 
@@ -198,7 +207,8 @@ class Elmo(ListenerHost, TrainablePipe):
     def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
         """Layers of training docs with a frozen biLM, each computed once while the
         cache (``cache_mb``) holds it."""
-        return self.frozen_cache.layers(docs, self.predict, self.model.ops)
+        self._trained = True
+        return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops)
 
     def update(
         self,
@@ -281,6 +291,7 @@ class Elmo(ListenerHost, TrainablePipe):
         bilm.precision = self.cfg.get("precision", "float32")
         set_bilm(self.model, bilm)
         self.frozen_cache.clear()
+        self._trained = False
         for listener in self.listeners:
             self._set_listener_width(listener)
 
@@ -299,6 +310,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def _after_load(self) -> None:
         self.cfg.pop("bilm_config", None)  # written by spacy-elmo 0.1, never read
         self.frozen_cache = FrozenLayerCache(self.cfg["cache_mb"])
+        self._trained = False
         bilm = self.bilm
         if bilm is not None:
             if self.frozen:

@@ -56,3 +56,23 @@ def test_doc_key_sees_text_tokens_and_sentence_starts() -> None:
     b[3].is_sent_start = True
     assert doc_key(a) != doc_key(b)
     assert doc_key(nlp("A bank.")) != doc_key(nlp("A  bank."))
+
+
+def test_without_evict_only_free_room_is_taken() -> None:
+    cache = FrozenLayerCache(cache_mb=0.25)  # room for 4 arrays of 60 KiB
+    for key in "abc":
+        assert cache.put(key, arr(5))
+    assert cache.put("d", arr(5), evict=False)  # fits into the free room
+    assert not cache.put("e", arr(5), evict=False)  # full: nothing is pushed out
+    assert all(k in cache for k in "abcd") and "e" not in cache
+    assert cache.put("a", arr(5, 9.0), evict=False)  # replacing a key needs no new room
+    assert cache.get("a")[0, 0, 0] == 9.0 and cache.nbytes == 4 * arr(5).nbytes
+    assert cache.put("e", arr(5))  # with eviction the oldest ("b") goes
+    assert "b" not in cache and "e" in cache
+
+
+def test_stored_arrays_are_read_only() -> None:
+    cache = FrozenLayerCache(cache_mb=1)
+    cache.put("a", arr(2))
+    with pytest.raises(ValueError, match="read-only"):
+        cache.get("a")[0, 0, 0] = 1.0

@@ -171,6 +171,39 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     assert not len(elmo.frozen_cache)
 
 
+def test_frozen_predictions_are_remembered_after_an_update(conll, tiny_model_dir):
+    """The dev docs that training evaluates again and again: computed once after the first
+    update, the same arrays as without the cache; before any update nothing is kept."""
+    nlp = nlp_from("ner.cfg", tiny_model_dir)
+    examples = ner_examples(nlp, conll[:12])
+    optimizer = nlp.initialize(lambda: examples[:8])
+    elmo = nlp.get_pipe("elmo")
+    dev = [nlp.make_doc(eg.reference.text) for eg in examples[8:]]
+    expected = elmo.predict(dev)
+    assert not len(elmo.frozen_cache)  # inference outside training keeps nothing
+    nlp.update(examples[:8], sgd=optimizer)
+    assert len(elmo.frozen_cache) == 8
+    first = elmo.predict(dev)
+    assert len(elmo.frozen_cache) == 12
+    second = elmo.predict(dev)
+    for a, b, want in zip(first, second, expected):
+        np.testing.assert_array_equal(a, want)
+        assert b is a or np.shares_memory(a, b)  # looked up, not computed again
+    elmo.cfg["tensor"] = "top"
+    (doc,) = elmo.pipe([nlp.make_doc(dev[0].text)])  # a hit: doc._.elmo is the remembered array
+    assert not doc._.elmo.flags.writeable and doc.tensor.flags.writeable  # doc.tensor is the Doc's own
+    np.testing.assert_array_equal(doc.tensor, expected[0][-1])
+    elmo.cfg["tensor"] = "none"
+    scores = nlp.evaluate(examples[8:])  # from the remembered layers
+    elmo.frozen_cache.clear()
+    again = nlp.evaluate(examples[8:])  # computed afresh
+    assert {k: v for k, v in again.items() if k != "speed"} == {k: v for k, v in scores.items() if k != "speed"}
+    nlp.initialize(lambda: examples[:8])
+    assert not len(elmo.frozen_cache)
+    elmo.predict(dev)
+    assert not len(elmo.frozen_cache)
+
+
 def cli_paths(cfg, tiny_model_dir, conll, sst, tmp_path):
     """``--paths`` overrides of a ``spacy train`` run on the fixture sentences of the task."""
     nlp = spacy.blank("en")
