@@ -52,8 +52,10 @@ def epoch_times(cfg: str, sents, dev_sents, epochs: int, overrides) -> Tuple[Lis
     from spacy.util import load_config, load_model_from_config, minibatch
 
     nlp = load_model_from_config(load_config(REPO / "configs" / cfg, overrides=overrides), auto_fill=True)
-    examples = [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, ents=t)) for w, t in sents]
-    dev = [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, ents=t)) for w, t in dev_sents]
+    def to_examples(tagged):
+        return [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, ents=t)) for w, t in tagged]
+
+    examples, dev = to_examples(sents), to_examples(dev_sents)
     optimizer = nlp.initialize(lambda: examples)
     rng = random.Random(0)
     times, eval_times = [], []

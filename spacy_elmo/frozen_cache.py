@@ -29,7 +29,9 @@ class FrozenLayerCache:
     """A least-recently-used map from Doc keys to layer arrays, bounded in bytes.
 
     cache_mb: the bound in megabytes (2**20 bytes) of the arrays held; 0 keeps nothing.
-    A hit returns the very array that was stored.
+    A hit returns the very array that was stored. ``training`` is set by the component once
+    it serves training docs from here (predicted docs are remembered from then on) and
+    cleared with the arrays.
     """
 
     def __init__(self, cache_mb: float) -> None:
@@ -37,6 +39,7 @@ class FrozenLayerCache:
             raise ValueError(f"cache_mb must be >= 0, got {cache_mb}")
         self.max_bytes = int(cache_mb * MB)
         self.nbytes = 0
+        self.training = False
         self._arrays: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
 
     def __len__(self) -> int:
@@ -96,3 +99,4 @@ class FrozenLayerCache:
     def clear(self) -> None:
         self._arrays.clear()
         self.nbytes = 0
+        self.training = False

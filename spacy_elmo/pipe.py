@@ -146,7 +146,6 @@ class Elmo(ListenerHost, TrainablePipe):
             "precision": precision,
         }
         self.frozen_cache = FrozenLayerCache(cache_mb)
-        self._trained = False  # set by a frozen update: predictions are then remembered too
         self._pid = os.getpid()
         self._set_replace_hooks()
 
@@ -176,7 +175,7 @@ class Elmo(ListenerHost, TrainablePipe):
 
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         docs = list(docs)
-        if self.frozen and self._trained:  # e.g. the dev docs that training evaluates every so often
+        if self.frozen and self.frozen_cache.training:  # e.g. the dev docs that training evaluates again and again
             return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops, evict=False)
         return self._compute_layers(docs)
 
@@ -207,7 +206,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
         """Layers of training docs with a frozen biLM, each computed once while the
         cache (``cache_mb``) holds it."""
-        self._trained = True
+        self.frozen_cache.training = True
         return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops)
 
     def update(
@@ -291,7 +290,6 @@ class Elmo(ListenerHost, TrainablePipe):
         bilm.precision = self.cfg.get("precision", "float32")
         set_bilm(self.model, bilm)
         self.frozen_cache.clear()
-        self._trained = False
         for listener in self.listeners:
             self._set_listener_width(listener)
 
@@ -310,7 +308,6 @@ class Elmo(ListenerHost, TrainablePipe):
     def _after_load(self) -> None:
         self.cfg.pop("bilm_config", None)  # written by spacy-elmo 0.1, never read
         self.frozen_cache = FrozenLayerCache(self.cfg["cache_mb"])
-        self._trained = False
         bilm = self.bilm
         if bilm is not None:
             if self.frozen:
