@@ -4,8 +4,10 @@ With a frozen biLM the layers of a training Doc never change, so they are comput
 the first epoch and looked up in later ones; so do those of the dev Docs that the training
 loop evaluates again and again. The memory holds at most ``cache_mb`` megabytes of arrays;
 past that, the least recently used Docs are forgotten to make room for training Docs, while
-dev Docs only take free room (they never push training Docs out).
+dev Docs only take free room (they never push training Docs out). The first time a training
+Doc is forgotten, a warning says how much memory would hold them all.
 """
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, List, Optional, Sequence, Tuple
 
@@ -17,6 +19,10 @@ from thinc.types import Floats3d
 from .layers.elmo_model import layers_to_numpy
 
 MB = 2**20
+
+
+class CacheFullWarning(UserWarning):
+    """The frozen-layer memory forgot a training Doc: its layers will be computed again."""
 
 
 def doc_key(doc: Doc) -> Tuple:
@@ -31,7 +37,7 @@ class FrozenLayerCache:
     cache_mb: the bound in megabytes (2**20 bytes) of the arrays held; 0 keeps nothing.
     A hit returns the very array that was stored. ``training`` is set by the component once
     it serves training docs from here (predicted docs are remembered from then on) and
-    cleared with the arrays.
+    cleared with the arrays. The first eviction warns (``CacheFullWarning``) once per cache.
     """
 
     def __init__(self, cache_mb: float) -> None:
@@ -40,6 +46,7 @@ class FrozenLayerCache:
         self.max_bytes = int(cache_mb * MB)
         self.nbytes = 0
         self.training = False
+        self._warned = False
         self._arrays: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
 
     def __len__(self) -> int:
@@ -69,10 +76,25 @@ class FrozenLayerCache:
         while self.nbytes + arr.nbytes > self.max_bytes:
             _, evicted = self._arrays.popitem(last=False)
             self.nbytes -= evicted.nbytes
+            if not self._warned:
+                self._warn_full(arr)
         arr.flags.writeable = False  # a hit hands out this very array: nobody may change it
         self._arrays[key] = arr
         self.nbytes += arr.nbytes
         return True
+
+    def _warn_full(self, arr: np.ndarray) -> None:
+        self._warned = True
+        per_token = arr.nbytes / max(arr.shape[1], 1) if arr.ndim == 3 else float(arr.nbytes)
+        warnings.warn(
+            f"elmo: the memory of frozen layers is full (cache_mb = {self.max_bytes / MB:g}), so the "
+            f"layers of the training docs it forgets are computed again in every later epoch, which "
+            f"can make training several times slower. Here a token takes {per_token / 1024:.1f} KiB, "
+            f"{1e5 * per_token / MB:,.0f} MB per 100,000 tokens: to compute each doc once, set "
+            f"[components.elmo] cache_mb to what the training and dev docs need, memory permitting.",
+            CacheFullWarning,
+            stacklevel=3,
+        )
 
     def layers(self, docs: Sequence[Doc], predict: Callable[[List[Doc]], List[Floats3d]], ops: Ops,
                evict: bool = True) -> List[Floats3d]:
@@ -100,3 +122,4 @@ class FrozenLayerCache:
         self._arrays.clear()
         self.nbytes = 0
         self.training = False
+        self._warned = False

@@ -93,6 +93,7 @@ def make_elmo(
         reused in later epochs, up to this many megabytes (0 disables the cache); after
         the first update, the docs the component predicts on (the dev set that training
         evaluates) are remembered too while there is room, never pushing training docs out.
+        The first training doc forgotten brings a ``CacheFullWarning`` (training slows down).
     precision: how the biLM computes without gradients (prediction, and a frozen biLM
         in training): "float32" (exact), "int8" (CPU only: the LSTM's matrix
         products dynamically quantized, about 2x faster on large models), or "bf16" /

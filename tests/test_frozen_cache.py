@@ -1,15 +1,21 @@
 """The elmo component's memory of frozen layers: bounded in MB, LRU, exact hits."""
+import warnings
+
 import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.frozen_cache import MB, FrozenLayerCache, doc_key
+from spacy_elmo.frozen_cache import MB, CacheFullWarning, FrozenLayerCache, doc_key
+
+# evictions warn once per cache: the tests that evict on purpose check that elsewhere
+evicting = pytest.mark.filterwarnings("ignore::spacy_elmo.frozen_cache.CacheFullWarning")
 
 
 def arr(n_tokens: int, value: float = 0.0) -> np.ndarray:
     return np.full((3, n_tokens, 1024), value, dtype=np.float32)  # 12 KiB per token
 
 
+@evicting
 def test_never_holds_more_than_the_bound_and_evicts_the_oldest() -> None:
     cache = FrozenLayerCache(cache_mb=0.5)  # 512 KiB: 42 tokens of 12 KiB
     for i in range(20):
@@ -19,6 +25,7 @@ def test_never_holds_more_than_the_bound_and_evicts_the_oldest() -> None:
     assert len(cache) == 8 and all(k in cache for k in range(12, 20)) and 11 not in cache
 
 
+@evicting
 def test_a_hit_is_the_stored_array_and_refreshes_it() -> None:
     cache = FrozenLayerCache(cache_mb=0.25)
     first = arr(5, 1.0)
@@ -58,6 +65,7 @@ def test_doc_key_sees_text_tokens_and_sentence_starts() -> None:
     assert doc_key(nlp("A bank.")) != doc_key(nlp("A  bank."))
 
 
+@evicting
 def test_without_evict_only_free_room_is_taken() -> None:
     cache = FrozenLayerCache(cache_mb=0.25)  # room for 4 arrays of 60 KiB
     for key in "abc":
@@ -76,3 +84,22 @@ def test_stored_arrays_are_read_only() -> None:
     cache.put("a", arr(2))
     with pytest.raises(ValueError, match="read-only"):
         cache.get("a")[0, 0, 0] = 1.0
+
+
+def test_the_first_eviction_warns_once_with_the_memory_a_token_needs() -> None:
+    cache = FrozenLayerCache(cache_mb=0.25)  # room for 4 arrays of 60 KiB
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # filling the free room, or refusing a doc without evict, is silent
+        for key in "abcd":
+            cache.put(key, arr(5))
+        assert not cache.put("x", arr(5), evict=False)
+    with pytest.warns(CacheFullWarning, match=r"cache_mb = 0.25.* 12.0 KiB, 1,172 MB per 100,000 tokens"):
+        cache.put("e", arr(5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache.put("f", arr(5))  # once per cache
+    cache.clear()
+    for key in "abcd":
+        cache.put(key, arr(5))
+    with pytest.warns(CacheFullWarning):  # a cleared cache (new weights, a new run) warns again
+        cache.put("e", arr(5))

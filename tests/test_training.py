@@ -13,7 +13,7 @@ from spacy.util import load_config, load_model_from_config
 
 from conftest import REPO, SHARED, read_conll
 from tiny_data import ner_sentences, sst_items
-from spacy_elmo.frozen_cache import FrozenLayerCache
+from spacy_elmo.frozen_cache import MB, CacheFullWarning, FrozenLayerCache
 
 CONFIGS = REPO / "configs"
 
@@ -169,6 +169,9 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     elmo.frozen_cache = FrozenLayerCache(0)
     elmo._frozen_layers(docs)
     assert not len(elmo.frozen_cache)
+    elmo.frozen_cache = FrozenLayerCache(sum(a.nbytes for a in first[:4]) / MB)  # half the docs fit
+    with pytest.warns(CacheFullWarning, match=r"\[components.elmo\] cache_mb"):
+        elmo._frozen_layers(docs)  # forgets training docs: they would be computed again each epoch
 
 
 def test_frozen_predictions_are_remembered_after_an_update(conll, tiny_model_dir):
