@@ -92,8 +92,9 @@ def make_elmo(
     cache_mb: with ``frozen``, the layers of training docs are computed once and
         reused in later epochs, up to this many megabytes (0 disables the cache); after
         the first update, the docs the component predicts on (the dev set that training
-        evaluates) are remembered too while there is room, never pushing training docs out.
-        The first training doc forgotten brings a ``CacheFullWarning`` (training slows down).
+        evaluates) are remembered too. The docs that come first are kept; those that no
+        longer fit are computed again each time, and the first such training doc brings a
+        ``CacheFullWarning`` (training slows down).
     precision: how the biLM computes without gradients (prediction, and a frozen biLM
         in training): "float32" (exact), "int8" (CPU only: the LSTM's matrix
         products dynamically quantized, about 2x faster on large models), or "bf16" /
@@ -177,7 +178,7 @@ class Elmo(ListenerHost, TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         docs = list(docs)
         if self.frozen and self.frozen_cache.training:  # e.g. the dev docs that training evaluates again and again
-            return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops, evict=False)
+            return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops, warn=False)
         return self._compute_layers(docs)
 
     def _compute_layers(self, docs: List[Doc]) -> List[Floats3d]:
@@ -205,8 +206,8 @@ class Elmo(ListenerHost, TrainablePipe):
     # Training ---------------------------------------------------------------------
 
     def _frozen_layers(self, docs: List[Doc]) -> List[Floats3d]:
-        """Layers of training docs with a frozen biLM, each computed once while the
-        cache (``cache_mb``) holds it."""
+        """Layers of training docs with a frozen biLM, each computed once if the
+        cache (``cache_mb``) has room for it."""
         self.frozen_cache.training = True
         return self.frozen_cache.layers(docs, self._compute_layers, self.model.ops)
 
