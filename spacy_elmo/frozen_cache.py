@@ -76,7 +76,7 @@ class FrozenLayerCache:
 
     def _warn_full(self, arr: np.ndarray) -> None:
         self._warned = True
-        per_token = arr.nbytes / max(arr.shape[1], 1) if arr.ndim == 3 else float(arr.nbytes)
+        per_token = arr.nbytes / max(arr.shape[1], 1)  # (layers, tokens, width)
         warnings.warn(
             f"elmo: the memory of frozen layers is full (cache_mb = {self.max_bytes / MB:g}), so the "
             f"layers of the training docs that do not fit are computed again in every epoch, which "

@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 import pytest
 import spacy
+from thinc.api import NumpyOps
 
 from spacy_elmo.frozen_cache import MB, CacheFullWarning, FrozenLayerCache, doc_key
 
@@ -69,14 +70,6 @@ def test_stored_arrays_are_read_only() -> None:
         cache.get("a")[0, 0, 0] = 1.0
 
 
-class Ops:
-    """``layers`` hands hits through ``ops.asarray`` (thinc's NumpyOps does the same)."""
-
-    @staticmethod
-    def asarray(x: np.ndarray) -> np.ndarray:
-        return x
-
-
 def test_layers_computes_the_misses_once_and_warns_once_when_full() -> None:
     nlp = spacy.blank("en")
     docs = [nlp(f"sentence number {i} .") for i in range(6)]  # 4 tokens, 48 KiB each
@@ -86,24 +79,24 @@ def test_layers_computes_the_misses_once_and_warns_once_when_full() -> None:
         calls.append([doc.text for doc in batch])
         return [arr(len(doc), float(doc[2].text)) for doc in batch]
 
-    cache = FrozenLayerCache(cache_mb=0.2)  # room for 4 of them
+    cache, ops = FrozenLayerCache(cache_mb=0.2), NumpyOps()  # room for 4 of them
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # filling the free room, or a doc that misses it without warn, is silent
-        out = cache.layers(docs[:4], predict, Ops())
+        out = cache.layers(docs[:4], predict, ops)
         assert len(calls) == 1 and len(cache) == 4
-        cache.layers(docs[4:5], predict, Ops(), warn=False)
+        cache.layers(docs[4:5], predict, ops, warn=False)
     with pytest.warns(CacheFullWarning, match=r"cache_mb = 0.2.* 12.0 KiB, 1,172 MB per 100,000 tokens"):
-        cache.layers(docs[4:], predict, Ops())
+        cache.layers(docs[4:], predict, ops)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = cache.layers(docs[::-1], predict, Ops())  # once per cache
+        again = cache.layers(docs[::-1], predict, ops)  # once per cache
     assert calls[-1] == [docs[5].text, docs[4].text]  # only the two that did not fit, in one call
     assert all(a is b for a, b in zip(again[::-1][:4], out))  # hits: the very arrays stored
     assert [float(a[0, 0, 0]) for a in again] == [5, 4, 3, 2, 1, 0]
     cache.clear()
-    cache.layers(docs[:4], predict, Ops())
+    cache.layers(docs[:4], predict, ops)
     with pytest.warns(CacheFullWarning):  # a cleared cache (new weights, a new run) warns again
-        cache.layers(docs[4:], predict, Ops())
+        cache.layers(docs[4:], predict, ops)
 
 
 def hit_rate(keep_first: bool, n_docs: int = 2000, room: int = 1000, epochs: int = 6) -> float:

@@ -171,7 +171,7 @@ def test_frozen_training_cache_is_exact_and_bounded(conll, tiny_model_dir):
     assert not len(elmo.frozen_cache)
     elmo.frozen_cache = FrozenLayerCache(sum(a.nbytes for a in first[:4]) / MB)  # half the docs fit
     with pytest.warns(CacheFullWarning, match=r"\[components.elmo\] cache_mb"):
-        elmo._frozen_layers(docs)  # forgets training docs: they would be computed again each epoch
+        elmo._frozen_layers(docs)  # training docs that do not fit would be computed again each epoch
 
 
 def test_frozen_predictions_are_remembered_after_an_update(conll, tiny_model_dir):
