@@ -1,5 +1,6 @@
 """Training NER and textcat through the ELMo listener, with the shipped configs."""
 import gzip
+import json
 import re
 import subprocess
 import sys
@@ -276,3 +277,66 @@ def test_update_with_empty_docs(tiny_model_dir, frozen):
     empty = [Example(nlp.make_doc(""), Doc(nlp.vocab, words=[]))]
     assert nlp.update(empty, sgd=optimizer)["ner"] == 0.0
     assert nlp.update(examples + empty, sgd=optimizer)["ner"] > 0.0
+
+
+def _load_gate():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_project_scripts_gate", REPO / "scripts" / "gate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gate_arguments(tmp_path):
+    gate = _load_gate()
+    assert gate.parse_against(["textcat=42.42", "ner=90.09"]) == {"textcat": 42.42, "ner": 90.09}
+    for bad in (["pos=90"], ["ner"], ["ner=high"], []):
+        with pytest.raises(ValueError):
+            gate.parse_against(bad)
+    (tmp_path / "run" / "model-best").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="model-best"):
+        gate.best_score(tmp_path / "missing", gate.TASKS["ner"])
+    (tmp_path / "run" / "model-best" / "meta.json").write_text('{"performance": {"ents_f": 0.91234}}')
+    assert gate.best_score(tmp_path / "run", gate.TASKS["ner"]) == 91.23
+    with pytest.raises(KeyError, match="cats_micro_f"):
+        gate.best_score(tmp_path / "run", gate.TASKS["textcat"])
+
+
+def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path):
+    """scripts/gate.py with real ``spacy train`` runs: a task under its figure stops the gate;
+    run again, finished seeds are read back rather than trained again."""
+    nlp = spacy.blank("en")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    ner_docs = [ex.reference for ex in ner_examples(nlp, conll)]
+    sst_docs = [ex.reference for ex in textcat_examples(nlp, sst)]
+    for name, docs in (("conll2003", ner_docs), ("sst5", sst_docs)):
+        for split in ("train", "dev"):
+            DocBin(docs=docs).to_disk(corpus / f"{name}_{split}.spacy")
+    out = tmp_path / "gate"
+    base = [sys.executable, str(REPO / "scripts" / "gate.py"), str(tiny_model_dir), "--output", str(out),
+            "--corpus", str(corpus), "--seeds", "0,1"]
+    extra = ["--", "--training.max_steps", "4", "--training.eval_frequency", "2"]
+    first = subprocess.run([*base, "--against", "ner=100.5", "--against", "textcat=0", *extra],
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    verdict = json.loads((out / "gate.json").read_text())
+    assert verdict["ships"] is False and verdict["not_run"] == ["textcat"]
+    ner = verdict["tasks"]["ner"]
+    assert not ner["passed"] and len(ner["scores"]) == 2
+    for seed, score in zip((0, 1), ner["scores"]):
+        meta = json.loads((out / f"ner{seed}" / "model-best" / "meta.json").read_text())
+        assert score == round(100 * meta["performance"]["ents_f"], 2)
+    assert ner["mean"] == round(sum(ner["scores"]) / 2, 2)
+    assert not (out / "textcat0").exists()
+    stamp = (out / "ner0" / "score.json").stat().st_mtime_ns
+    second = subprocess.run([*base, "--against", "ner=-1", "--against", "textcat=-1", *extra],
+                            capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "ner seed 0: spacy train" not in second.stdout and "textcat seed 1: spacy train" in second.stdout
+    assert (out / "ner0" / "score.json").stat().st_mtime_ns == stamp
+    verdict = json.loads((out / "gate.json").read_text())
+    assert verdict["ships"] is True and verdict["not_run"] == []
+    assert verdict["tasks"]["ner"]["scores"] == ner["scores"] and len(verdict["tasks"]["textcat"]["scores"]) == 2
+    bad = subprocess.run([*base, "--against", "pos=1"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "expected TASK=MEAN" in bad.stderr

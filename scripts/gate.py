@@ -1,0 +1,161 @@
+"""Does a pretrained checkpoint ship? The model card's ship rule as one command.
+
+    python scripts/gate.py training/p30_int8 --output training/gate/p30_400 \\
+        --against ner=90.09 --against textcat=42.42 -- --components.elmo.cache_mb 4096
+
+For each task in turn (``ner``: CoNLL-2003 with ``configs/ner.cfg``; ``textcat``: SST-5 with
+``configs/textcat.cfg``), ``spacy train`` runs once per seed (``--system.seed``) with the
+candidate ELMo (``--paths.elmo``), and the run's best dev score, as ``model-best`` keeps it, is
+read from its ``meta.json`` (``ents_f`` for NER, ``cats_micro_f`` for SST-5: with one label a
+Doc, micro F is accuracy), times 100. A task passes when the mean over the seeds is over the
+figure given with ``--against``: the shipped model's mean over the same seeds, measured the same
+way on the same machine kind (scores move with the machine kind and with the ``elmo``
+component's ``cache_mb``, docs/experiments.md). The candidate ships only if every task passes;
+the first task that fails ends the gate, unless ``--all``.
+
+Runs go to ``OUTPUT/<task><seed>/``. A run that finished has ``OUTPUT/<task><seed>/score.json``
+and is not run again, so an interrupted gate resumes where it stopped. The verdict and every
+score go to ``OUTPUT/gate.json``, written atomically. Arguments after ``--`` go to every
+``spacy train`` run.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import typer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Task:
+    config: str
+    train: str
+    dev: str
+    score_key: str
+    metric: str
+
+
+TASKS: Dict[str, Task] = {
+    "ner": Task("configs/ner.cfg", "conll2003_train.spacy", "conll2003_dev.spacy", "ents_f", "F1"),
+    "textcat": Task("configs/textcat.cfg", "sst5_train.spacy", "sst5_dev.spacy", "cats_micro_f", "accuracy"),
+}
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def parse_against(values: List[str]) -> Dict[str, float]:
+    """``["ner=90.09", "textcat=42.42"]`` -> ``{"ner": 90.09, "textcat": 42.42}``, in order."""
+    out: Dict[str, float] = {}
+    for value in values:
+        name, sep, figure = value.partition("=")
+        if not sep or name not in TASKS:
+            raise ValueError(f"--against {value!r}: expected TASK=MEAN with TASK one of {', '.join(TASKS)}")
+        try:
+            out[name] = float(figure)
+        except ValueError:
+            raise ValueError(f"--against {value!r}: {figure!r} is not a number") from None
+    if not out:
+        raise ValueError("give at least one --against TASK=MEAN (the shipped model's mean on this machine kind)")
+    return out
+
+
+def best_score(run_dir: Path, task: Task) -> float:
+    """The best dev score of a finished ``spacy train`` run, times 100, rounded to 2 decimals."""
+    meta_path = run_dir / "model-best" / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path} not found: the spacy train run in {run_dir} saved no model-best")
+    performance = json.loads(meta_path.read_text(encoding="utf-8")).get("performance", {})
+    if performance.get(task.score_key) is None:
+        raise KeyError(f"{meta_path} has no performance.{task.score_key} (is this a {task.config} run?)")
+    return round(100 * float(performance[task.score_key]), 2)
+
+
+def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path, extra: List[str]) -> Dict[str, Any]:
+    """One ``spacy train`` run of task ``name`` at ``seed`` (or its record, if it finished before)."""
+    task = TASKS[name]
+    run_dir = output / f"{name}{seed}"
+    record_path = run_dir / "score.json"
+    if record_path.is_file():
+        return json.loads(record_path.read_text(encoding="utf-8"))
+    for split in (task.train, task.dev):
+        if not (corpus / split).is_file():
+            raise FileNotFoundError(f"{corpus / split} not found: convert the data first (docs/experiments.md)")
+    command = [sys.executable, "-m", "spacy", "train", str(REPO / task.config), "--output", str(run_dir),
+               "--paths.train", str(corpus / task.train), "--paths.dev", str(corpus / task.dev),
+               "--paths.elmo", str(candidate), "--system.seed", str(seed), *extra]
+    typer.echo(f"[gate] {name} seed {seed}: spacy train -> {run_dir}")
+    start = time.perf_counter()
+    returncode = subprocess.call(command)
+    if returncode != 0:
+        raise RuntimeError(f"spacy train for {name} seed {seed} failed (exit code {returncode}); see its output above")
+    record = {"task": name, "seed": seed, "score": best_score(run_dir, task),
+              "seconds": round(time.perf_counter() - start, 1)}
+    write_json_atomic(record_path, record)
+    return record
+
+
+def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: Path, seeds: List[int],
+             all_tasks: bool = False, extra: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run the gate and return (and write to ``output/gate.json``) its verdict."""
+    if not candidate.is_dir():
+        raise FileNotFoundError(f"candidate {candidate} is not a directory (a spacy-elmo model directory)")
+    if not seeds:
+        raise ValueError("no seeds given")
+    results: Dict[str, Any] = {}
+    ships = True
+    for name, shipped_mean in against.items():
+        scores = [train_seed(candidate, name, s, output, corpus, list(extra or []))["score"] for s in seeds]
+        mean = round(statistics.fmean(scores), 2)
+        passed = mean > shipped_mean
+        results[name] = {"metric": TASKS[name].metric, "seeds": seeds, "scores": scores, "mean": mean,
+                         "against": shipped_mean, "passed": passed}
+        typer.echo(f"[gate] {name}: {' / '.join(f'{s:.2f}' for s in scores)}, mean {mean:.2f} "
+                   f"against {shipped_mean:.2f}: {'over' if passed else 'not over'}")
+        ships = ships and passed
+        if not passed and not all_tasks:
+            break
+    verdict = {"candidate": str(candidate), "ships": ships and len(results) == len(against), "tasks": results,
+               "not_run": [name for name in against if name not in results]}
+    write_json_atomic(output / "gate.json", verdict)
+    typer.echo(f"[gate] {'ships' if verdict['ships'] else 'does not ship'}"
+               + (f" (not run: {', '.join(verdict['not_run'])})" if verdict["not_run"] else ""))
+    return verdict
+
+
+def main(
+    ctx: typer.Context,
+    candidate: Path = typer.Argument(..., help="the candidate's spacy-elmo model directory (`export --format elmo`)"),
+    output: Path = typer.Option(..., "--output", "-o", help="folder for the runs and gate.json"),
+    against: List[str] = typer.Option([], "--against", help="TASK=MEAN, the shipped model's mean on this machine kind; repeat, in the order to run"),
+    corpus: Path = typer.Option(REPO / "corpus", "--corpus", show_default="corpus/ of the repository", help="folder with conll2003_{train,dev}.spacy and sst5_{train,dev}.spacy"),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="comma-separated seeds"),
+    all_tasks: bool = typer.Option(False, "--all", help="run every task even after one fails"),
+) -> None:
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--seeds {seeds!r}: expected comma-separated integers") from None
+    try:
+        run_gate(candidate, parse_against(against), output, corpus, seed_list, all_tasks, list(ctx.args))
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
+        typer.echo(f"Error: {err}", err=True)
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app = typer.Typer(add_completion=False)
+    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(main)
+    app()
