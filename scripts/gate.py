@@ -15,8 +15,11 @@ the first task that fails ends the gate, unless ``--all``.
 
 Runs go to ``OUTPUT/<task><seed>/``. A run that finished has ``OUTPUT/<task><seed>/score.json``
 and is not run again, so an interrupted gate resumes where it stopped. The verdict and every
-score go to ``OUTPUT/gate.json``, written atomically. Arguments after ``--`` go to every
-``spacy train`` run.
+score go to ``OUTPUT/gate.json``, written atomically. Every run has the training budget of
+``project.yml`` (its ``max_steps``, ``max_epochs``, ``eval_frequency`` and ``patience``: 2,000
+steps, evaluated every 200), as the recorded seeds had. Arguments after ``--`` go to every
+``spacy train`` run and override that budget. Each run gets ``OMP_NUM_THREADS`` from ``--threads`` (1 by default: every
+recorded seed ran on one CPU thread, and a run's scores move with its thread count).
 """
 import json
 import os
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import srsly
 import typer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +50,26 @@ TASKS: Dict[str, Task] = {
     "ner": Task("configs/ner.cfg", "conll2003_train.spacy", "conll2003_dev.spacy", "ents_f", "F1"),
     "textcat": Task("configs/textcat.cfg", "sst5_train.spacy", "sst5_dev.spacy", "cats_micro_f", "accuracy"),
 }
+
+
+BUDGET = ("max_steps", "max_epochs", "eval_frequency", "patience")
+
+
+def project_budget(project: Path = REPO / "project.yml") -> List[str]:
+    """``--training.*`` overrides for the training budget that ``project.yml``'s vars set."""
+    variables = srsly.read_yaml(project).get("vars", {})
+    missing = [key for key in BUDGET if key not in variables]
+    if missing:
+        raise KeyError(f"{project} sets no {', '.join(missing)} in its vars")
+    return [arg for key in BUDGET for arg in (f"--training.{key}", str(variables[key]))]
+
+
+def with_budget(extra: List[str]) -> List[str]:
+    """``project_budget()`` followed by ``extra``, less the budget keys that ``extra`` sets itself."""
+    budget = project_budget()
+    given = {arg.split("=", 1)[0] for arg in extra if arg.startswith("--training.")}
+    pairs = [budget[i : i + 2] for i in range(0, len(budget), 2)]
+    return [arg for pair in pairs if pair[0] not in given for arg in pair] + list(extra)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -83,7 +107,8 @@ def best_score(run_dir: Path, task: Task) -> float:
     return round(100 * float(performance[task.score_key]), 2)
 
 
-def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path, extra: List[str]) -> Dict[str, Any]:
+def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path, extra: List[str],
+               threads: int = 1) -> Dict[str, Any]:
     """One ``spacy train`` run of task ``name`` at ``seed`` (or its record, if it finished before)."""
     task = TASKS[name]
     run_dir = output / f"{name}{seed}"
@@ -95,10 +120,11 @@ def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path
             raise FileNotFoundError(f"{corpus / split} not found: convert the data first (docs/experiments.md)")
     command = [sys.executable, "-m", "spacy", "train", str(REPO / task.config), "--output", str(run_dir),
                "--paths.train", str(corpus / task.train), "--paths.dev", str(corpus / task.dev),
-               "--paths.elmo", str(candidate), "--system.seed", str(seed), *extra]
+               "--paths.elmo", str(candidate), "--system.seed", str(seed), *with_budget(extra)]
     typer.echo(f"[gate] {name} seed {seed}: spacy train -> {run_dir}")
     start = time.perf_counter()
-    returncode = subprocess.call(command)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads > 0 else None
+    returncode = subprocess.call(command, env=env)
     if returncode != 0:
         raise RuntimeError(f"spacy train for {name} seed {seed} failed (exit code {returncode}); see its output above")
     record = {"task": name, "seed": seed, "score": best_score(run_dir, task),
@@ -108,7 +134,7 @@ def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path
 
 
 def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: Path, seeds: List[int],
-             all_tasks: bool = False, extra: Optional[List[str]] = None) -> Dict[str, Any]:
+             all_tasks: bool = False, extra: Optional[List[str]] = None, threads: int = 1) -> Dict[str, Any]:
     """Run the gate and return (and write to ``output/gate.json``) its verdict."""
     if not candidate.is_dir():
         raise FileNotFoundError(f"candidate {candidate} is not a directory (a spacy-elmo model directory)")
@@ -117,7 +143,7 @@ def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: P
     results: Dict[str, Any] = {}
     ships = True
     for name, shipped_mean in against.items():
-        scores = [train_seed(candidate, name, s, output, corpus, list(extra or []))["score"] for s in seeds]
+        scores = [train_seed(candidate, name, s, output, corpus, list(extra or []), threads)["score"] for s in seeds]
         mean = round(statistics.fmean(scores), 2)
         passed = mean > shipped_mean
         results[name] = {"metric": TASKS[name].metric, "seeds": seeds, "scores": scores, "mean": mean,
@@ -143,13 +169,14 @@ def main(
     corpus: Path = typer.Option(REPO / "corpus", "--corpus", show_default="corpus/ of the repository", help="folder with conll2003_{train,dev}.spacy and sst5_{train,dev}.spacy"),
     seeds: str = typer.Option("0,1,2", "--seeds", help="comma-separated seeds"),
     all_tasks: bool = typer.Option(False, "--all", help="run every task even after one fails"),
+    threads: int = typer.Option(1, "--threads", help="OMP_NUM_THREADS of each spacy train run; 0 leaves the environment as it is"),
 ) -> None:
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise typer.BadParameter(f"--seeds {seeds!r}: expected comma-separated integers") from None
     try:
-        run_gate(candidate, parse_against(against), output, corpus, seed_list, all_tasks, list(ctx.args))
+        run_gate(candidate, parse_against(against), output, corpus, seed_list, all_tasks, list(ctx.args), threads)
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
         typer.echo(f"Error: {err}", err=True)
         raise typer.Exit(1)

@@ -300,6 +300,12 @@ def test_gate_arguments(tmp_path):
     assert gate.best_score(tmp_path / "run", gate.TASKS["ner"]) == 91.23
     with pytest.raises(KeyError, match="cats_micro_f"):
         gate.best_score(tmp_path / "run", gate.TASKS["textcat"])
+    # the budget of project.yml (as the recorded seeds ran), less what the extra arguments set
+    budget = gate.project_budget()
+    assert budget[:2] == ["--training.max_steps", "2000"] and "--training.eval_frequency" in budget
+    assert gate.with_budget([]) == budget
+    args = gate.with_budget(["--training.max_steps", "4", "--components.elmo.cache_mb", "4096"])
+    assert args.count("--training.max_steps") == 1 and args[-4:] == ["--training.max_steps", "4", "--components.elmo.cache_mb", "4096"]
 
 
 def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path):
