@@ -14,7 +14,8 @@ component's ``cache_mb``, docs/experiments.md). The candidate ships only if ever
 the first task that fails ends the gate, unless ``--all``.
 
 Runs go to ``OUTPUT/<task><seed>/``. A run that finished has ``OUTPUT/<task><seed>/score.json``
-and is not run again, so an interrupted gate resumes where it stopped. The verdict and every
+and is not run again, so an interrupted gate resumes where it stopped (a finished run with other
+arguments, such as another candidate, is an error rather than a score). The verdict and every
 score go to ``OUTPUT/gate.json``, written atomically. Every run has the training budget of
 ``project.yml`` (its ``max_steps``, ``max_epochs``, ``eval_frequency`` and ``patience``: 2,000
 steps, evaluated every 200), as the recorded seeds had. Arguments after ``--`` go to every
@@ -113,14 +114,19 @@ def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path
     task = TASKS[name]
     run_dir = output / f"{name}{seed}"
     record_path = run_dir / "score.json"
-    if record_path.is_file():
-        return json.loads(record_path.read_text(encoding="utf-8"))
-    for split in (task.train, task.dev):
-        if not (corpus / split).is_file():
-            raise FileNotFoundError(f"{corpus / split} not found: convert the data first (docs/experiments.md)")
     command = [sys.executable, "-m", "spacy", "train", str(REPO / task.config), "--output", str(run_dir),
                "--paths.train", str(corpus / task.train), "--paths.dev", str(corpus / task.dev),
                "--paths.elmo", str(candidate), "--system.seed", str(seed), *with_budget(extra)]
+    arguments = command[3:] + [f"OMP_NUM_THREADS={threads}"]
+    if record_path.is_file():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if record.get("arguments") != arguments:
+            raise ValueError(f"{run_dir} holds a run with other arguments (another candidate, budget or "
+                             f"thread count): give another --output")
+        return record
+    for split in (task.train, task.dev):
+        if not (corpus / split).is_file():
+            raise FileNotFoundError(f"{corpus / split} not found: convert the data first (docs/experiments.md)")
     typer.echo(f"[gate] {name} seed {seed}: spacy train -> {run_dir}")
     start = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads > 0 else None
@@ -128,7 +134,7 @@ def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path
     if returncode != 0:
         raise RuntimeError(f"spacy train for {name} seed {seed} failed (exit code {returncode}); see its output above")
     record = {"task": name, "seed": seed, "score": best_score(run_dir, task),
-              "seconds": round(time.perf_counter() - start, 1)}
+              "seconds": round(time.perf_counter() - start, 1), "arguments": arguments}
     write_json_atomic(record_path, record)
     return record
 

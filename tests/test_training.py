@@ -346,3 +346,5 @@ def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path)
     assert verdict["tasks"]["ner"]["scores"] == ner["scores"] and len(verdict["tasks"]["textcat"]["scores"]) == 2
     bad = subprocess.run([*base, "--against", "pos=1"], capture_output=True, text=True)
     assert bad.returncode == 1 and "expected TASK=MEAN" in bad.stderr
+    other = subprocess.run([*base, "--against", "ner=-1", "--threads", "2", *extra], capture_output=True, text=True)
+    assert other.returncode == 1 and "holds a run with other arguments" in other.stderr
