@@ -35,6 +35,8 @@ from typing import Any, Dict, List, Optional
 import srsly
 import typer
 
+from spacy_elmo.util import atomic_write_text
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -74,11 +76,9 @@ def with_budget(extra: List[str]) -> List[str]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    """Write ``data`` as JSON to ``path`` atomically (``spacy_elmo.util.atomic``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def parse_against(values: List[str]) -> Dict[str, float]:
@@ -108,15 +108,16 @@ def best_score(run_dir: Path, task: Task) -> float:
     return round(100 * float(performance[task.score_key]), 2)
 
 
-def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path, extra: List[str],
+def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path, train_args: List[str],
                threads: int = 1) -> Dict[str, Any]:
-    """One ``spacy train`` run of task ``name`` at ``seed`` (or its record, if it finished before)."""
+    """One ``spacy train`` run of task ``name`` at ``seed`` (or its record, if it finished before);
+    ``train_args`` go to ``spacy train`` after the paths and the seed (``with_budget``'s list)."""
     task = TASKS[name]
     run_dir = output / f"{name}{seed}"
     record_path = run_dir / "score.json"
     command = [sys.executable, "-m", "spacy", "train", str(REPO / task.config), "--output", str(run_dir),
                "--paths.train", str(corpus / task.train), "--paths.dev", str(corpus / task.dev),
-               "--paths.elmo", str(candidate), "--system.seed", str(seed), *with_budget(extra)]
+               "--paths.elmo", str(candidate), "--system.seed", str(seed), *train_args]
     arguments = command[3:] + [f"OMP_NUM_THREADS={threads}"]
     if record_path.is_file():
         record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -146,10 +147,11 @@ def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: P
         raise FileNotFoundError(f"candidate {candidate} is not a directory (a spacy-elmo model directory)")
     if not seeds:
         raise ValueError("no seeds given")
+    train_args = with_budget(list(extra or []))
     results: Dict[str, Any] = {}
     ships = True
     for name, shipped_mean in against.items():
-        scores = [train_seed(candidate, name, s, output, corpus, list(extra or []), threads)["score"] for s in seeds]
+        scores = [train_seed(candidate, name, s, output, corpus, train_args, threads)["score"] for s in seeds]
         mean = round(statistics.fmean(scores), 2)
         passed = mean > shipped_mean
         results[name] = {"metric": TASKS[name].metric, "seeds": seeds, "scores": scores, "mean": mean,

@@ -180,13 +180,19 @@ def elmo_nlp(tiny_dir):
     return make_elmo_nlp(tiny_dir)
 
 
+def load_script(name: str):
+    """The project script ``scripts/<name>.py`` as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_project_scripts_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_conll(path: Path, limit: int):
     """(words, IOB2 tags) of the first ``limit`` sentences of a CoNLL-2003 file, read by
     the project's converter (scripts/convert_ner.py)."""
-    import importlib.util
     import itertools
 
-    spec = importlib.util.spec_from_file_location("_conftest_convert_ner", REPO / "scripts" / "convert_ner.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [(s.words, s.tags) for s in itertools.islice(module.read_iob(path), limit)]
+    return [(s.words, s.tags) for s in itertools.islice(load_script("convert_ner").read_iob(path), limit)]

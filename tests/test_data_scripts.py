@@ -1,6 +1,5 @@
 """The project's data converters (scripts/convert_*.py), timing wrapper and report."""
 import gzip
-import importlib.util
 import json
 import sys
 from collections import Counter
@@ -10,23 +9,18 @@ import pytest
 import spacy
 from spacy.tokens import DocBin
 
+from conftest import load_script
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 # The probes on the shipped model run with --threads 1: torch's default of one thread per core
 # makes each small step wait for the slower thread whenever another process holds a core (the
 # WSD probe took 163 s so on a 2-core machine beside a training run, against 36 s on one thread).
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_project_scripts_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-convert_ner = _load("convert_ner")
-convert_sst = _load("convert_sst")
-report = _load("report")
-timed = _load("timed")
+convert_ner = load_script("convert_ner")
+convert_sst = load_script("convert_sst")
+report = load_script("report")
+timed = load_script("timed")
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +195,7 @@ def test_plot_layer_weights(tmp_path):
 def test_read_pos(tmp_path):
     path = tmp_path / "tiny.txt"
     path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n", encoding="utf-8")
-    probe_pos = _load("probe_pos")
+    probe_pos = load_script("probe_pos")
     assert probe_pos.read_pos(path) == [(["EU", "rejects"], ["NNP", "VBZ"]), (["Peter"], ["NNP"])]
     path.write_text("EU NNP\n", encoding="utf-8")
     with pytest.raises(ValueError, match="expected 'token POS chunk NER'"):
@@ -246,7 +240,7 @@ def test_parse_naf_and_archive(tmp_path):
     import io
     import tarfile
 
-    probe_wsd = _load("probe_wsd")
+    probe_wsd = load_script("probe_wsd")
     first, second = probe_wsd.parse_naf(io.BytesIO(NAF.encode()))
     assert first.words == ["We", "walked", "along", "the", "bank"]
     assert [(i.positions, i.lemma, i.synsets) for i in first.instances] == [
@@ -295,7 +289,7 @@ def test_wsd_probe_on_shipped_model(shared_dir):
 def test_sense_separation_measures():
     import numpy as np
 
-    probe_senses = _load("probe_senses")
+    probe_senses = load_script("probe_senses")
     # Two senses on two axes, with a little spread: apart, and each occurrence nearest its own sense.
     apart = np.array([[1, 0.1], [1, -0.1], [1, 0], [0.1, 1], [-0.1, 1]])
     r = probe_senses.separation(apart, ["a", "a", "a", "b", "b"])

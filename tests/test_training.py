@@ -12,7 +12,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
 
-from conftest import REPO, SHARED, read_conll
+from conftest import REPO, SHARED, load_script, read_conll
 from tiny_data import ner_sentences, sst_items
 from spacy_elmo.frozen_cache import MB, CacheFullWarning, FrozenLayerCache
 
@@ -279,16 +279,8 @@ def test_update_with_empty_docs(tiny_model_dir, frozen):
     assert nlp.update(examples + empty, sgd=optimizer)["ner"] > 0.0
 
 
-def _load_gate():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_project_scripts_gate", REPO / "scripts" / "gate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_gate_arguments(tmp_path):
-    gate = _load_gate()
+    gate = load_script("gate")
     assert gate.parse_against(["textcat=42.42", "ner=90.09"]) == {"textcat": 42.42, "ner": 90.09}
     for bad in (["pos=90"], ["ner"], ["ner=high"], []):
         with pytest.raises(ValueError):
