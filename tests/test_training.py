@@ -328,15 +328,31 @@ def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path)
     assert ner["mean"] == round(sum(ner["scores"]) / 2, 2)
     assert not (out / "textcat0").exists()
     stamp = (out / "ner0" / "score.json").stat().st_mtime_ns
-    second = subprocess.run([*base, "--against", "ner=-1", "--against", "textcat=-1", *extra],
+    # two runs at once (--jobs 2): the textcat seeds train side by side, each logging to its folder
+    second = subprocess.run([*base, "--against", "ner=-1", "--against", "textcat=-1", "--jobs", "2", *extra],
                             capture_output=True, text=True)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "ner seed 0: spacy train" not in second.stdout and "textcat seed 1: spacy train" in second.stdout
     assert (out / "ner0" / "score.json").stat().st_mtime_ns == stamp
+    assert not (out / "ner0" / "train.log").exists()
+    for seed in (0, 1):
+        assert "Training pipeline" in (out / f"textcat{seed}" / "train.log").read_text()
     verdict = json.loads((out / "gate.json").read_text())
     assert verdict["ships"] is True and verdict["not_run"] == []
     assert verdict["tasks"]["ner"]["scores"] == ner["scores"] and len(verdict["tasks"]["textcat"]["scores"]) == 2
     bad = subprocess.run([*base, "--against", "pos=1"], capture_output=True, text=True)
     assert bad.returncode == 1 and "expected TASK=MEAN" in bad.stderr
+    # the same seeds two at a time, into a fresh folder: the same scores as one at a time
+    parallel = subprocess.run([*base[:4], str(tmp_path / "gate_parallel"), *base[5:], "--against", "ner=-1", "--jobs", "2",
+                               *extra], capture_output=True, text=True)
+    assert parallel.returncode == 0, parallel.stderr[-2000:]
+    assert json.loads((tmp_path / "gate_parallel" / "gate.json").read_text())["tasks"]["ner"]["scores"] == ner["scores"]
+    failing = subprocess.run([*base[:4], str(tmp_path / "gate_failing"), *base[5:], "--against", "ner=-1", "--jobs", "2",
+                              "--", "--training.max_steps", "many"], capture_output=True, text=True)
+    assert failing.returncode == 1 and "spacy train for ner seed" in failing.stderr, failing.stderr[-2000:]
+    assert "train.log" in failing.stderr and not (tmp_path / "gate_failing" / "gate.json").exists()
+    for args, message in ((["--jobs", "0"], "expected at least 1"), (["--seeds", "0,0"], "given twice")):
+        bad = subprocess.run([*base, "--against", "ner=-1", *args], capture_output=True, text=True)
+        assert bad.returncode == 1 and message in bad.stderr, bad.stderr[-2000:]
     other = subprocess.run([*base, "--against", "ner=-1", "--threads", "2", *extra], capture_output=True, text=True)
     assert other.returncode == 1 and "holds a run with other arguments" in other.stderr
