@@ -26,7 +26,8 @@ recorded seed ran on one CPU thread, and a run's scores move with its thread cou
 the first task, then those of the next), each writing its output to ``OUTPUT/<task><seed>/train.log``.
 A run's scores do not depend on what else the machine runs, so the verdict is the same as with one
 job; on a 2-core machine ``--jobs 2`` (with ``--threads 1``) halves the wall time. Once a task's
-mean is known to fail, no further run starts; runs already started finish and are kept.
+mean is known to fail, no further run starts; runs already started finish and are kept, and the
+scores of a task left with only some of its seeds are in ``gate.json`` under ``unfinished``.
 """
 import json
 import os
@@ -199,11 +200,18 @@ def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: P
                 if not passed and not all_tasks:
                     stopped = True
     ships = len(results) == len(against) and all(r["passed"] for r in results.values())
-    verdict = {"candidate": str(candidate), "ships": ships, "tasks": results,
-               "not_run": [name for name in against if name not in results]}
+    # a task whose seeds started before the gate stopped keeps the scores of those that finished
+    unfinished = {name: {"seeds": [s for s in seeds if s in scores[name]],
+                         "scores": [scores[name][s] for s in seeds if s in scores[name]]}
+                  for name in names if name not in results and scores[name]}
+    verdict = {"candidate": str(candidate), "ships": ships, "tasks": results, "unfinished": unfinished,
+               "not_run": [name for name in names if name not in results and not scores[name]]}
     write_json_atomic(output / "gate.json", verdict)
-    typer.echo(f"[gate] {'ships' if verdict['ships'] else 'does not ship'}"
-               + (f" (not run: {', '.join(verdict['not_run'])})" if verdict["not_run"] else ""))
+    notes = [f"{name} unfinished: seed{'s' if len(u['seeds']) > 1 else ''} {', '.join(map(str, u['seeds']))} "
+             f"gave {' / '.join(f'{x:.2f}' for x in u['scores'])}" for name, u in unfinished.items()]
+    if verdict["not_run"]:
+        notes.append(f"not run: {', '.join(verdict['not_run'])}")
+    typer.echo(f"[gate] {'ships' if ships else 'does not ship'}" + (f" ({'; '.join(notes)})" if notes else ""))
     return verdict
 
 

@@ -319,7 +319,7 @@ def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path)
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-2000:]
     verdict = json.loads((out / "gate.json").read_text())
-    assert verdict["ships"] is False and verdict["not_run"] == ["textcat"]
+    assert verdict["ships"] is False and verdict["not_run"] == ["textcat"] and verdict["unfinished"] == {}
     ner = verdict["tasks"]["ner"]
     assert not ner["passed"] and len(ner["scores"]) == 2
     for seed, score in zip((0, 1), ner["scores"]):
@@ -342,11 +342,18 @@ def test_gate_runs_spacy_train_and_resumes(tiny_model_dir, conll, sst, tmp_path)
     assert verdict["tasks"]["ner"]["scores"] == ner["scores"] and len(verdict["tasks"]["textcat"]["scores"]) == 2
     bad = subprocess.run([*base, "--against", "pos=1"], capture_output=True, text=True)
     assert bad.returncode == 1 and "expected TASK=MEAN" in bad.stderr
-    # the same seeds two at a time, into a fresh folder: the same scores as one at a time
-    parallel = subprocess.run([*base[:4], str(tmp_path / "gate_parallel"), *base[5:], "--against", "ner=-1", "--jobs", "2",
-                               *extra], capture_output=True, text=True)
+    # three seeds two at a time, into a fresh folder: seeds 0 and 1 score as they did one at a time;
+    # textcat's seed 0 starts before NER's seed 2 has finished, so when NER fails its score is kept as unfinished
+    parallel = subprocess.run([*base[:4], str(tmp_path / "gate_parallel"), *base[5:8], "0,1,2", "--against", "ner=100.5",
+                               "--against", "textcat=0", "--jobs", "2", *extra], capture_output=True, text=True)
     assert parallel.returncode == 0, parallel.stderr[-2000:]
-    assert json.loads((tmp_path / "gate_parallel" / "gate.json").read_text())["tasks"]["ner"]["scores"] == ner["scores"]
+    verdict = json.loads((tmp_path / "gate_parallel" / "gate.json").read_text())
+    assert verdict["ships"] is False and verdict["tasks"]["ner"]["scores"][:2] == ner["scores"]
+    unfinished = verdict["unfinished"]["textcat"]
+    assert verdict["not_run"] == [] and "textcat" not in verdict["tasks"] and unfinished["seeds"][0] == 0
+    assert unfinished["scores"] == [json.loads((tmp_path / "gate_parallel" / f"textcat{seed}" / "score.json").read_text())["score"]
+                                    for seed in unfinished["seeds"]]
+    assert f"textcat unfinished: seed{'s' if len(unfinished['seeds']) > 1 else ''} 0" in parallel.stdout
     failing = subprocess.run([*base[:4], str(tmp_path / "gate_failing"), *base[5:], "--against", "ner=-1", "--jobs", "2",
                               "--", "--training.max_steps", "many"], capture_output=True, text=True)
     assert failing.returncode == 1 and "spacy train for ner seed" in failing.stderr, failing.stderr[-2000:]
