@@ -157,6 +157,11 @@ def train_seed(candidate: Path, name: str, seed: int, output: Path, corpus: Path
     return record
 
 
+def joined(scores: List[float]) -> str:
+    """Scores as the gate prints them: ``90.01 / 90.04 / 90.71``."""
+    return " / ".join(f"{score:.2f}" for score in scores)
+
+
 def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: Path, seeds: List[int],
              all_tasks: bool = False, extra: Optional[List[str]] = None, threads: int = 1,
              jobs: int = 1) -> Dict[str, Any]:
@@ -195,7 +200,7 @@ def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: P
                 passed = mean > against[name]
                 results[name] = {"metric": TASKS[name].metric, "seeds": seeds, "scores": task_scores, "mean": mean,
                                  "against": against[name], "passed": passed}
-                typer.echo(f"[gate] {name}: {' / '.join(f'{s:.2f}' for s in task_scores)}, mean {mean:.2f} "
+                typer.echo(f"[gate] {name}: {joined(task_scores)}, mean {mean:.2f} "
                            f"against {against[name]:.2f}: {'over' if passed else 'not over'}")
                 if not passed and not all_tasks:
                     stopped = True
@@ -208,7 +213,7 @@ def run_gate(candidate: Path, against: Dict[str, float], output: Path, corpus: P
                "not_run": [name for name in names if name not in results and not scores[name]]}
     write_json_atomic(output / "gate.json", verdict)
     notes = [f"{name} unfinished: seed{'s' if len(u['seeds']) > 1 else ''} {', '.join(map(str, u['seeds']))} "
-             f"gave {' / '.join(f'{x:.2f}' for x in u['scores'])}" for name, u in unfinished.items()]
+             f"gave {joined(u['scores'])}" for name, u in unfinished.items()]
     if verdict["not_run"]:
         notes.append(f"not run: {', '.join(verdict['not_run'])}")
     typer.echo(f"[gate] {'ships' if ships else 'does not ship'}" + (f" ({'; '.join(notes)})" if notes else ""))
