@@ -196,13 +196,14 @@ def test_sigterm_saves_and_resumes(wikitext_slice, tmp_path, device):
             break
     rest, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, "".join(lines) + rest
-    assert "Stopped by signal" in rest
+    assert "Stopped by signal" in rest and "Done at step" not in rest  # stopped, not done
     state = torch.load(out / "checkpoint.pt", weights_only=False)
     assert state["step"] >= 4
     resumed = subprocess.run(cmd[:-8] + ["--training.max_steps", str(state["step"] + 2), "--training.threads", "1"],
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Resumed from" in resumed.stdout and torch.load(out / "checkpoint.pt", weights_only=False)["step"] == state["step"] + 2
+    assert f"Done at step {state['step'] + 2};" in resumed.stdout
 
 
 def test_export_round_trips(trained, tmp_path):

@@ -21,5 +21,6 @@ def pretrain_cli(
     from ..pretrain.run import pretrain
 
     result = pretrain(config_path, output, parse_config_overrides(ctx.args), force=force)
-    if int(os.environ.get("RANK", "0")) == 0:
-        typer.echo(f"Done at step {result['step']}; model in {output}")
+    if int(os.environ.get("RANK", "0")) == 0:  # a run stopped by a signal says so, not "Done"
+        if not result.get("stopped"):
+            typer.echo(f"Done at step {result['step']}; model in {output}")
