@@ -1,4 +1,4 @@
-"""Does a pretrained checkpoint ship? The ship rule of the shipped model (its model card) as one command.
+"""Does a pretrained checkpoint ship? The ship rule (README, "Experiments") as one command.
 
     python scripts/gate.py training/p30_int8 --output training/gate/p30_400 \\
         --against ner=90.09 --against textcat=42.42 -- --components.elmo.cache_mb 4096
