@@ -89,18 +89,18 @@ def _corpus(seed: int) -> Corpus:
     return Corpus(types=list(WORDS), ids=ids, offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
 
-@pytest.mark.parametrize("softmax", [{"type": "adaptive", "cutoffs": [4, 8], "div_value": 2.0}, {"type": "full"}])
-def test_fast_loss_and_gradients_equal_plain_autograd(softmax):
+SOFTMAXES = [{"type": "adaptive", "cutoffs": [4, 8], "div_value": 2.0}, {"type": "full"}]
+
+
+def _check_fast_against_plain(corpus: Corpus, sentences: np.ndarray, softmax) -> None:
+    """fast_lm_loss and its gradients against plain autograd through every layer, float64."""
     torch.manual_seed(0)
-    corpus = _corpus(0)
     bilm = ElmoBiLM(OPTIONS, vocab_size=10, softmax_options=softmax).double()
     with torch.no_grad():
         for p in bilm.lstm.parameters():
             p.mul_(4.0)  # drive the clipping
     targets = np.arange(len(WORDS)) % 10
-    sentences = np.array([4, 0, 2, 1, 6, 3, 5])
-    offsets = corpus.offsets
-    batch = make_batch(corpus, offsets, sentences, corpus.char_table(bilm.max_chars), targets)
+    batch = make_batch(corpus, corpus.offsets, sentences, corpus.char_table(bilm.max_chars), targets)
     assert batch.type_char_ids.shape[0] < sum(batch.lengths)  # repeated types
     # plain autograd: every layer at every row, then the rows BiLMLoss reads
     top = bilm.forward_with_boundaries(batch.char_ids, batch.lengths)[-1]
@@ -120,19 +120,48 @@ def test_fast_loss_and_gradients_equal_plain_autograd(softmax):
         _assert_close(got[name], ref[name])
 
 
+@pytest.mark.parametrize("softmax", SOFTMAXES)
+def test_fast_loss_and_gradients_equal_plain_autograd(softmax):
+    _check_fast_against_plain(_corpus(0), np.array([4, 0, 2, 1, 6, 3, 5]), softmax)
+
+
+@pytest.mark.parametrize("softmax", SOFTMAXES)
+def test_shared_prefixes_and_suffixes_give_plain_autograd(softmax):
+    """Sentences that begin or end alike (one repeated whole, one a prefix of others, one
+    empty) share LSTM rows in the plan; the loss and every gradient are still autograd's."""
+    texts = ["the bank of the river .", "the bank of a money .", "the bank of the river .", "a river .",
+             "the bank", "", "play the river .", "the bank of"]
+    ids = [[WORDS.index(w) for w in t.split()] for t in texts]
+    lengths = [len(s) for s in ids]
+    corpus = Corpus(types=list(WORDS), ids=np.array([i for s in ids for i in s], dtype=np.int32),
+                    offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    sentences = np.array([3, 0, 5, 1, 7, 2, 6, 4])
+    batch = make_batch(corpus, corpus.offsets, sentences, corpus.char_table(50), np.arange(len(WORDS)) % 10)
+    plan = training_plan(np.asarray(batch.lengths), batch.token_types, batch.type_char_ids.shape[0])
+    # rows a step: the distinct suffixes (forward prefixes: 1, 3, 3, 3, 3, 2, 2), 19 rows a
+    # direction for the 38 (sentence, step) pairs
+    assert plan.batch_sizes == [1, 3, 4, 4, 3, 2, 2] and sum(n + 1 for n in lengths) == 38
+    _check_fast_against_plain(corpus, sentences, softmax)
+
+
 def test_training_plan_reads_and_predicts():
     lengths = np.array([2, 0, 3])
     types = np.array([10, 11, 12, 13, 14])  # token rows of the table; <S> = 20, </S> = 21
     plan = training_plan(lengths, types, 20)
-    assert plan.batch_sizes == [3, 2, 2, 1]
-    src = plan.src.numpy()
-    M = 8
-    fwd, bwd = src[:M], src[M:]
-    # step 0: every sentence reads <S> forward, </S> backward (rank order: longest first)
-    assert list(fwd[:3]) == [20, 20, 20] and list(bwd[:3]) == [21, 21, 21]
-    # the 3-token sentence (rank 0) reads 12, 13 forward and 14, 13 backward after the boundary
-    assert fwd[3] == 12 and fwd[5] == 13 and bwd[3] == 14 and bwd[5] == 13
-    assert len(plan.targets_rows) == 2 * (5 + 3)
+    # one row a distinct prefix (forward) or suffix (backward) at each step, the larger count of
+    # the two: step 0 is <S> / </S> for every sentence, then the two non-empty ones part
+    assert plan.batch_sizes == [1, 2, 2, 1]
+    M = 6
+    fwd, bwd = plan.src.numpy()[:M], plan.src.numpy()[M:]
+    # a step's rows in the order of (parent row, token read)
+    assert list(fwd) == [20, 10, 12, 11, 13, 14]
+    assert list(bwd) == [21, 11, 14, 10, 13, 12]
+    assert plan.parents[0, 1:].tolist() == [0, 0, 1, 2, 4]
+    assert plan.parents[1, 1:].tolist() == [0, 0, 1, 2, 4]
+    # forward: tokens (sentence order), then </S> of each sentence; backward: tokens, then <S>
+    rows = plan.targets_rows.tolist()
+    assert rows[:8] == [0, 1, 0, 2, 4, 3, 0, 5]
+    assert rows[8:] == [M + r for r in [1, 0, 4, 2, 0, 3, 0, 5]]
 
 
 @pytest.mark.parametrize("with_bias", [True, False])

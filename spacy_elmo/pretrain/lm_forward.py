@@ -12,6 +12,10 @@ backward direction at the tokens and ``</S>``. Here:
   ``</S>`` and the backward one never reads ``<S>``, since the states after them predict
   nothing (exact: no output the loss reads depends on those steps);
 - the LSTM layers run through ``fused_lstm`` (one autograd node per layer);
+- sentences that begin alike share the forward direction's rows there, and sentences that
+  end alike the backward one's (every sentence starts from ``<S>`` and most end with a
+  full stop): a state depends only on what was read before it, so each distinct prefix
+  (suffix) runs once and its gradient sums those of every sentence through it;
 - the top layer's states that predict each target are gathered straight from the packed
   rows, in the order of ``LMBatch.fwd_targets`` then ``LMBatch.bwd_targets``;
 - the softmax loss computes its gradient in the forward pass, a chunk of rows at a time
@@ -34,11 +38,33 @@ from .fused_softmax import adaptive_nll, linear_nll
 @dataclass
 class TrainingPlan:
     """Index plan of a batch of S sentences, N tokens, U distinct types; M packed rows a
-    direction. Rows of the token table: the U types, then ``<S>`` (U), then ``</S>`` (U + 1)."""
+    direction. Rows of the token table: the U types, then ``<S>`` (U), then ``</S>`` (U + 1).
 
-    batch_sizes: List[int]  # sequences still running at each step (each is L + 1 steps)
+    A row stands for a distinct prefix (forward) or suffix (backward) of the batch's sentences,
+    not for one sentence: sentences that begin (end) alike share the LSTM's states there, so
+    each is computed once. Step t holds ``batch_sizes[t]`` rows in both directions, the larger
+    count of the two; the other direction's surplus rows read ``<S>`` / ``</S>``, are never read
+    and get no gradient."""
+
+    batch_sizes: List[int]  # rows at each step
     src: torch.Tensor  # (2 * M,) token-table row read by each packed row, forward then backward
+    parents: torch.Tensor  # (2, M) row of its direction one step earlier that each row continues (0 at step 0)
     targets_rows: torch.Tensor  # (2 * (N + S),) packed row (of 2 * M) predicting each target
+
+
+def _distinct_prefixes(reads: np.ndarray, running: np.ndarray, width: int) -> Tuple[np.ndarray, List[np.ndarray]]:
+    """reads (S, T): the table row (< ``width``) that each sentence reads at each step, the
+    sentences sorted by their number of steps (longest first), ``running[t]`` of them running
+    step t. Returns each (sentence, step)'s index among its step's distinct prefixes, (S, T),
+    and for each step its distinct prefixes as ``parent * width + read`` (ascending)."""
+    node = np.zeros(reads.shape, dtype=np.int64)
+    keys_of_step: List[np.ndarray] = []
+    prev = np.zeros(reads.shape[0], dtype=np.int64)
+    for t, n in enumerate(running):
+        keys, node[:n, t] = np.unique(prev[:n] * width + reads[:n, t], return_inverse=True)
+        keys_of_step.append(keys)
+        prev = node[:, t]
+    return node, keys_of_step
 
 
 def training_plan(lengths: np.ndarray, token_types: np.ndarray, n_types: int) -> TrainingPlan:
@@ -48,35 +74,47 @@ def training_plan(lengths: np.ndarray, token_types: np.ndarray, n_types: int) ->
     token L - q and predicts token L - 1 - q (``<S>`` at q = L)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     token_types = np.asarray(token_types, dtype=np.int64)
-    n_sents = len(lengths)
+    n_sents, width = len(lengths), n_types + 2
     steps = lengths + 1
     order = np.argsort(-steps, kind="stable")
     rank = np.empty(n_sents, dtype=np.int64)
     rank[order] = np.arange(n_sents)
-    sorted_steps = steps[order]
-    n_steps = int(sorted_steps[0]) if n_sents else 0
-    batch_sizes = (sorted_steps[None, :] > np.arange(n_steps)[:, None]).sum(axis=1)
-    step_start = np.concatenate([[0], np.cumsum(batch_sizes)[:-1]]).astype(np.int64)
-    n_rows = int(steps.sum())
+    n_steps = int(steps.max()) if n_sents else 0
+    running = (steps[order][None, :] > np.arange(n_steps)[:, None]).sum(axis=1)
+    # what each (sentence, step) reads, sentences in rank order
     tok_start = np.cumsum(lengths) - lengths
     sent = np.repeat(np.arange(n_sents), steps)
-    pos = np.arange(n_rows) - np.repeat(np.cumsum(steps) - steps, steps)
-    packed = step_start[pos] + rank[sent]
-    src = np.empty(2 * n_rows, dtype=np.int64)
-    reads_token = pos > 0
-    fwd_tok = np.where(reads_token, tok_start[sent] + pos - 1, 0)
-    bwd_tok = np.where(reads_token, tok_start[sent] + lengths[sent] - pos, 0)
+    pos = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
     safe = token_types if len(token_types) else np.zeros(1, np.int64)
-    src[packed] = np.where(reads_token, safe[fwd_tok], n_types)
-    src[n_rows + packed] = np.where(reads_token, safe[bwd_tok], n_types + 1)
+    reads = np.zeros((2, n_sents, n_steps), dtype=np.int64)
+    reads[0, rank[sent], pos] = np.where(pos > 0, safe[np.where(pos > 0, tok_start[sent] + pos - 1, 0)], n_types)
+    reads[1, rank[sent], pos] = np.where(pos > 0, safe[np.where(pos > 0, tok_start[sent] + lengths[sent] - pos, 0)],
+                                         n_types + 1)
+    fwd_node, fwd_keys = _distinct_prefixes(reads[0], running, width)
+    bwd_node, bwd_keys = _distinct_prefixes(reads[1], running, width)
+    batch_sizes = [max(len(f), len(b)) for f, b in zip(fwd_keys, bwd_keys)]
+    step_start = np.concatenate([[0], np.cumsum(batch_sizes)[:-1]]).astype(np.int64)
+    M = int(sum(batch_sizes))
+    src = np.empty((2, M), dtype=np.int64)
+    parents = np.zeros((2, M), dtype=np.int64)
+    for d, keys_of_step in enumerate((fwd_keys, bwd_keys)):
+        for t, keys in enumerate(keys_of_step):
+            s, n = step_start[t], batch_sizes[t]
+            src[d, s : s + n] = n_types + d  # the surplus rows read the boundary
+            src[d, s : s + len(keys)] = keys % width
+            if t > 0:
+                parents[d, s : s + len(keys)] = step_start[t - 1] + keys // width
+                parents[d, s + len(keys) : s + n] = step_start[t - 1]
     tok_sent = np.repeat(np.arange(n_sents), lengths)
     j = np.arange(int(lengths.sum())) - tok_start[tok_sent]
-    last = step_start[lengths] + rank  # the step after a sentence's last read: </S> / <S>
-    fwd_rows = np.concatenate([step_start[j] + rank[tok_sent], last])
-    bwd_rows = np.concatenate([step_start[lengths[tok_sent] - 1 - j] + rank[tok_sent], last]) + n_rows
+    r = rank[tok_sent]
+    q = lengths[tok_sent] - 1 - j  # the backward step predicting token j
+    fwd_rows = np.concatenate([step_start[j] + fwd_node[r, j], step_start[lengths] + fwd_node[rank, lengths]])
+    bwd_rows = np.concatenate([step_start[q] + bwd_node[r, q], step_start[lengths] + bwd_node[rank, lengths]]) + M
     return TrainingPlan(
         batch_sizes=[int(b) for b in batch_sizes],
-        src=torch.from_numpy(src),
+        src=torch.from_numpy(src.reshape(-1)),
+        parents=torch.from_numpy(parents),
         targets_rows=torch.from_numpy(np.concatenate([fwd_rows, bwd_rows])),
     )
 
@@ -89,7 +127,7 @@ def predicting_states(bilm: ElmoBiLM, type_char_ids: torch.Tensor, plan: Trainin
     """
     device = bilm.device
     table = bilm.token_encoder(torch.cat([type_char_ids.to(device), bilm.boundary_char_ids], dim=0))
-    top = fused_stack(bilm.lstm, table, plan.batch_sizes, plan.src.to(device))[-1]
+    top = fused_stack(bilm.lstm, table, plan.batch_sizes, plan.src.to(device), plan.parents.to(device))[-1]
     return top.reshape(-1, top.shape[2]).index_select(0, plan.targets_rows.to(device))
 
 
