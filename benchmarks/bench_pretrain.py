@@ -16,6 +16,8 @@ trainer the share of a step spent in matrix products (linear-algebra products an
 CNN's convolutions), their GFLOP/s, and the machine's float32 rate measured in the same run
 with a large ``torch.mm``. Also the cost of building one epoch's batch order at the size of
 a real corpus (778aaa6 rebuilt it at every step; the trainer now builds it once an epoch).
+And the trainer's LSTM rows a direction against the sentences' steps: rows are shared by
+sentences that begin (forward) or end (backward) alike.
 ``--amp bf16`` runs both implementations under bf16 autocast (the softmax in float32, as 778aaa6
 ran ``training.amp bf16``); the float32 default is the yardstick of the speed targets.
 """
@@ -134,6 +136,16 @@ def _worker(role: str, preset: str, data: str, out: str, threads: int, vocab: in
                        after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
         elif command == "profile":
             conn.send(profile_products(step, [draw() for _ in range(conn.recv())]))
+        elif command == "rows":  # the trainer's LSTM rows a direction against the sentences' steps
+            from spacy_elmo.pretrain.batches import make_batch
+            from spacy_elmo.pretrain.lm_forward import training_plan
+
+            rows = steps_total = 0
+            for sentences in conn.recv():
+                b = make_batch(trainer.train, trainer.offsets, sentences, trainer.char_table, trainer.train_targets)
+                rows += sum(training_plan(np.asarray(b.lengths), b.token_types, b.type_char_ids.shape[0]).batch_sizes)
+                steps_total += sum(b.lengths) + len(b.lengths)
+            conn.send((rows, steps_total))
         else:
             conn.close()
             return
@@ -157,6 +169,7 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
     kernel = {"reference": 0.0, "new": 0.0}
     losses: Dict[str, List[float]] = {"reference": [], "new": []}
     tokens = 0
+    timed_batches = []
     try:
         for i in range(steps + 1):  # step 0 warms up
             done = {}
@@ -174,11 +187,15 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
                     kernel[role] += done[role][5]
             if i:
                 tokens += n
+                timed_batches.append(new_batch)
         profiled = {}
         for role in ("new", "reference"):
             conns[role].send("profile")
             conns[role].send(args.profile_steps)
             profiled[role] = conns[role].recv()
+        conns["new"].send("rows")
+        conns["new"].send(timed_batches)
+        lstm_rows, sentence_steps = conns["new"].recv()
     finally:
         for role in ("reference", "new"):
             try:
@@ -194,7 +211,8 @@ def bench_preset(preset: str, steps: int, data: Path, out: Path, args: argparse.
             "page_faults_per_step": {k: v / steps for k, v in faults.items()},
             "kernel_share": {k: kernel[k] / seconds[k] for k in kernel},
             "product_share": {k: profiled[k][0] for k in profiled},
-            "product_gflops": {k: profiled[k][1] for k in profiled}}
+            "product_gflops": {k: profiled[k][1] for k in profiled},
+            "lstm_rows": lstm_rows, "sentence_steps": sentence_steps}
 
 
 def main() -> None:
@@ -260,6 +278,9 @@ def main() -> None:
         pf, ks = r["page_faults_per_step"], r["kernel_share"]
         print(f"{r['preset']}: minor page faults per step {pf['reference']:,.0f} / {pf['new']:,.0f}, "
               f"kernel time {ks['reference']:.0%} / {ks['new']:.0%} of a step (778aaa6 / new)")
+    for r in results["presets"]:
+        print(f"{r['preset']}: the trainer's LSTM rows a direction {r['lstm_rows']:,} for {r['sentence_steps']:,} "
+              f"sentence steps ({1 - r['lstm_rows'] / r['sentence_steps']:.1%} shared by sentences that begin or end alike)")
     print(f"building one epoch's batch order for {args.order_sentences:,} sentences: "
           f"{results['epoch_order_ms']:.0f} ms (at every step in 778aaa6, once an epoch now)")
     for r in results["presets"]:  # the reference's step also rebuilds the order of a corpus that size
