@@ -189,10 +189,10 @@ class FusedProjectedLstm(torch.autograd.Function):
                 f.addcmul_(f, f, value=-1.0).mul_(t2)
                 dz = gates[:, s : s + n]
                 for d in range(2):
-                    local = rows[d] - (d * M + ps)
-                    dc_prev[d].index_add_(0, local, dcn[d])
+                    parent = rows[d] - d * M  # the parents' rows within this direction
+                    dc_prev[d].index_add_(0, parent - ps, dcn[d])  # dc_prev holds the previous step's rows only
                     dh_prev = torch.mm(dz[d], weight_hh[d].t(), out=dh_prev_buf[d, :n])
-                    dh[d].index_add_(0, local + ps, dh_prev)
+                    dh[d].index_add_(0, parent, dh_prev)
                 dc, dc_prev = dc_prev, dc
             else:
                 f.zero_()
